@@ -1,0 +1,96 @@
+package core
+
+import (
+	"fmt"
+	"time"
+)
+
+// Algorithm names a rate-limiting algorithm. Each one is a Lua script run
+// atomically inside Redis and has a pure-Go twin (see [Local]).
+type Algorithm string
+
+// The six algorithms. The README compares them (accuracy, burst behaviour,
+// Redis memory per key); in short:
+//
+//   - FixedWindow counts events per aligned window of Period. Cheapest, but it
+//     admits up to 2×Rate across a window edge (Rate at the end of one window,
+//     Rate again at the start of the next).
+//   - SlidingWindowLog keeps one sorted-set entry per admitted event: exact for
+//     any trailing window, memory O(Rate) per key.
+//   - SlidingWindowCounter weights the previous window's count by its overlap
+//     with the trailing window: O(1) memory, approximate (see the README for
+//     the worst case).
+//   - LeakyBucket shapes: it admits like a meter of capacity Burst draining at
+//     Rate/Period and tells each admitted request how long to wait
+//     ([Result.Delay]) so that requests proceed evenly spaced.
+//   - TokenBucket polices: capacity Burst, refilled continuously; what it
+//     admits proceeds at once.
+//   - GCRA polices like TokenBucket (the two admit exactly the same
+//     sequences) but keeps a single timestamp per key.
+const (
+	FixedWindow          Algorithm = "fixed_window"           // INCR + PEXPIRE per window
+	SlidingWindowLog     Algorithm = "sliding_window_log"     // sorted set of admitted events: exact
+	SlidingWindowCounter Algorithm = "sliding_window_counter" // weighted previous + current window
+	LeakyBucket          Algorithm = "leaky_bucket"           // a queue: admitted requests are delayed to drain at Rate
+	TokenBucket          Algorithm = "token_bucket"           // capacity Burst, refilled continuously at Rate/Period
+	GCRA                 Algorithm = "gcra"                   // theoretical arrival time, one key
+)
+
+// Algorithms lists every algorithm, in the order of the constants above.
+var Algorithms = []Algorithm{FixedWindow, SlidingWindowLog, SlidingWindowCounter, LeakyBucket, TokenBucket, GCRA}
+
+// windowed reports whether a is counted per window, where Burst must equal Rate.
+func (a Algorithm) windowed() bool {
+	return a == FixedWindow || a == SlidingWindowLog || a == SlidingWindowCounter
+}
+
+func (a Algorithm) valid() bool {
+	for _, b := range Algorithms {
+		if a == b {
+			return true
+		}
+	}
+	return false
+}
+
+// Limit is Rate events per Period, at most Burst at once. Burst 0 means
+// Burst = Rate. Window algorithms count whole windows, so for them Burst must
+// be 0 or equal to Rate.
+//
+// Period must be at least one millisecond and a whole number of microseconds.
+// Decisions are made in integer microseconds; only a limit so large that
+// Burst×Period in microseconds no longer fits exactly in a float64 (far beyond
+// a million events a day) falls back to milliseconds.
+type Limit struct {
+	Rate   int
+	Period time.Duration
+	Burst  int
+}
+
+// PerSecond returns a Limit of rate events per second, with Burst = rate.
+func PerSecond(rate int) Limit { return Limit{Rate: rate, Period: time.Second} }
+
+// PerMinute returns a Limit of rate events per minute, with Burst = rate.
+func PerMinute(rate int) Limit { return Limit{Rate: rate, Period: time.Minute} }
+
+// PerHour returns a Limit of rate events per hour, with Burst = rate.
+func PerHour(rate int) Limit { return Limit{Rate: rate, Period: time.Hour} }
+
+// PerDay returns a Limit of rate events per day (24 hours), with Burst = rate.
+func PerDay(rate int) Limit { return Limit{Rate: rate, Period: 24 * time.Hour} }
+
+// String formats l as "10/1s" or "10/1s burst 20".
+func (l Limit) String() string {
+	if l.Burst == 0 || l.Burst == l.Rate {
+		return fmt.Sprintf("%d/%s", l.Rate, l.Period)
+	}
+	return fmt.Sprintf("%d/%s burst %d", l.Rate, l.Period, l.Burst)
+}
+
+// Rule names one limit of a policy. Name shows up in RateLimit headers and in
+// [RuleResult]; it must be unique within a policy.
+type Rule struct {
+	Name      string
+	Algorithm Algorithm
+	Limit     Limit
+}

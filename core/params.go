@@ -1,0 +1,158 @@
+package core
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// maxExact bounds every integer the scripts compute. Lua numbers are float64,
+// exact up to 2^53; staying below 2^50 leaves room for the sums of a few
+// such terms.
+const maxExact = 1 << 50
+
+// compiledRule is a validated rule with the integer parameters its script
+// and its twin compute with.
+//
+// Time is counted in ticks of tick microseconds (1, or 1000 for limits too
+// large for microseconds). For the meter algorithms (LeakyBucket,
+// TokenBucket, GCRA) one event costs emission = period/rate ticks; to keep
+// it an integer, levels are kept in units of 1/rateUnits tick:
+//
+//	g          = gcd(Rate, periodTicks)
+//	rateUnits  = Rate / g        // units drained (or refilled) per tick
+//	eventUnits = periodTicks / g // units per event
+//	capUnits   = Burst × eventUnits
+type compiledRule struct {
+	Rule
+	capacity int // the largest n ever admitted at once
+
+	tick        int64 // microseconds per tick
+	periodTicks int64
+	rateUnits   int64
+	eventUnits  int64
+	capUnits    int64
+
+	args []interface{} // the rule's script arguments, preformatted
+}
+
+// algorithm codes passed to the script.
+var algCode = map[Algorithm]string{
+	FixedWindow:          "1",
+	SlidingWindowLog:     "2",
+	SlidingWindowCounter: "3",
+	LeakyBucket:          "4",
+	TokenBucket:          "5",
+	GCRA:                 "6",
+}
+
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+func compileRules(rules []Rule) ([]compiledRule, error) {
+	if len(rules) == 0 {
+		return nil, fmt.Errorf("%w: no rules", ErrInvalidLimit)
+	}
+	seen := make(map[string]bool, len(rules))
+	out := make([]compiledRule, 0, len(rules))
+	for i, r := range rules {
+		if r.Name == "" {
+			return nil, fmt.Errorf("%w: rule %d has an empty name", ErrInvalidLimit, i)
+		}
+		if seen[r.Name] {
+			return nil, fmt.Errorf("%w: duplicate rule name %q", ErrInvalidLimit, r.Name)
+		}
+		seen[r.Name] = true
+		c, err := compileRule(r)
+		if err != nil {
+			return nil, fmt.Errorf("%w: rule %q: %s", ErrInvalidLimit, r.Name, err)
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// compileRule validates r; its error is a bare description of the problem.
+func compileRule(r Rule) (compiledRule, error) {
+	l := r.Limit
+	switch {
+	case !r.Algorithm.valid():
+		return compiledRule{}, fmt.Errorf("unknown algorithm %q", r.Algorithm)
+	case l.Rate <= 0:
+		return compiledRule{}, fmt.Errorf("rate %d must be positive", l.Rate)
+	case l.Period <= 0:
+		return compiledRule{}, fmt.Errorf("period %s must be positive", l.Period)
+	case l.Period < time.Millisecond:
+		return compiledRule{}, fmt.Errorf("period %s is shorter than 1ms", l.Period)
+	case l.Period%time.Microsecond != 0:
+		return compiledRule{}, fmt.Errorf("period %s is not a whole number of microseconds", l.Period)
+	case l.Burst < 0:
+		return compiledRule{}, fmt.Errorf("burst %d must not be negative", l.Burst)
+	}
+	if l.Burst == 0 {
+		l.Burst = l.Rate
+	}
+	if r.Algorithm.windowed() && l.Burst != l.Rate {
+		return compiledRule{}, fmt.Errorf("%s counts whole windows: burst %d must be 0 or equal to rate %d", r.Algorithm, l.Burst, l.Rate)
+	}
+	r.Limit = l
+	c := compiledRule{Rule: r, capacity: l.Burst}
+	periodMicros := int64(l.Period / time.Microsecond)
+	for _, tick := range []int64{1, 1000} {
+		if periodMicros%tick != 0 {
+			break
+		}
+		c.tick = tick
+		c.periodTicks = periodMicros / tick
+		g := gcd(int64(l.Rate), c.periodTicks)
+		c.rateUnits = int64(l.Rate) / g
+		c.eventUnits = c.periodTicks / g
+		c.capUnits = int64(l.Burst) * c.eventUnits
+		if c.fits() {
+			c.args = c.scriptArgs()
+			return c, nil
+		}
+	}
+	return compiledRule{}, fmt.Errorf("limit %s is too large to decide exactly", l)
+}
+
+// fits reports whether every quantity of c stays exact in a Lua number.
+func (c *compiledRule) fits() bool {
+	if int64(c.Limit.Burst) > maxExact/c.eventUnits || c.periodTicks > maxExact {
+		return false
+	}
+	// SlidingWindowCounter compares previous×(period−elapsed) + (current+n)×period
+	// with rate×period.
+	return c.Algorithm != SlidingWindowCounter || int64(c.Limit.Rate) <= maxExact/(2*c.periodTicks)
+}
+
+// scriptArgs returns the rule's ARGV entries: algorithm code, tick, then the
+// algorithm's parameters (see the headers of the .lua files).
+func (c *compiledRule) scriptArgs() []interface{} {
+	i := func(v int64) interface{} { return strconv.FormatInt(v, 10) }
+	switch c.Algorithm {
+	case FixedWindow, SlidingWindowLog, SlidingWindowCounter:
+		return []interface{}{algCode[c.Algorithm], i(c.tick), i(int64(c.Limit.Rate)), i(c.periodTicks), "0"}
+	default:
+		return []interface{}{algCode[c.Algorithm], i(c.tick), i(c.rateUnits), i(c.eventUnits), i(c.capUnits)}
+	}
+}
+
+// argsPerRule is the number of ARGV entries of every rule.
+const argsPerRule = 5
+
+// fingerprint returns a short hash of the rules: name, algorithm, rate,
+// period and burst of each, in order.
+func fingerprint(rules []compiledRule) string {
+	h := sha256.New()
+	for _, r := range rules {
+		fmt.Fprintf(h, "%q|%s|%d|%d|%d\n", r.Name, r.Algorithm, r.Limit.Rate, r.Limit.Period, r.Limit.Burst)
+	}
+	return hex.EncodeToString(h.Sum(nil)[:4])
+}

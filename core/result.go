@@ -1,0 +1,44 @@
+package core
+
+import "time"
+
+// Result is the outcome of one decision.
+//
+// For a policy of several rules it describes the most restrictive rule: when
+// denied, the rule that needs the longest wait; when allowed, the rule with
+// the least Remaining. Rules holds every rule's own view.
+type Result struct {
+	// Allowed reports whether the events were admitted (and consumed).
+	Allowed bool
+	// Limit is the limit of the rule that decided, with Burst filled in.
+	Limit Limit
+	// Rule is the name of the rule that decided.
+	Rule string
+	// Remaining is the number of further unit-cost events admissible right
+	// now, by every rule of the policy.
+	Remaining int
+	// RetryAfter is, when denied, the time until the same request would be
+	// admitted; 0 when allowed.
+	RetryAfter time.Duration
+	// ResetAfter is the time until the key is back to its full, untouched
+	// state under every rule.
+	ResetAfter time.Duration
+	// Delay is how long an admitted request must wait before it proceeds.
+	// Only LeakyBucket rules set it; for the others it is 0.
+	Delay time.Duration
+	// Rules holds one entry per rule of the policy, in the policy's order.
+	Rules []RuleResult
+}
+
+// RuleResult is one rule's view of a decision. When the policy denies, no
+// rule consumes, so every RuleResult then describes the state before the
+// request; Allowed tells whether that rule alone would have admitted it.
+type RuleResult struct {
+	Name       string
+	Limit      Limit
+	Allowed    bool
+	Remaining  int
+	RetryAfter time.Duration
+	ResetAfter time.Duration
+	Delay      time.Duration
+}
