@@ -99,16 +99,7 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
 
 // checkCost validates n against every rule.
 func (l *Limiter) checkCost(method string, n int) error {
-	if n <= 0 {
-		return fmt.Errorf("sluice: %s(n=%d): n must be positive", method, n)
-	}
-	for _, r := range l.rules {
-		if n > r.capacity {
-			return fmt.Errorf("%w: %s(n=%d) exceeds rule %q, which admits at most %d at once",
-				ErrCostExceedsLimit, method, n, r.Name, r.capacity)
-		}
-	}
-	return nil
+	return checkCost(l.rules, method, n)
 }
 
 // sleep waits d or until ctx is done.

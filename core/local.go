@@ -1,0 +1,342 @@
+package core
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Local is the pure-Go twin of a Limiter: the same rules, decided with the
+// same integer arithmetic as the Lua scripts, held in this process's memory
+// and driven by an explicit time. Given the same sequence of requests and
+// times, a Local and a Limiter return the same Results; the tests check this
+// decision by decision.
+//
+// A Local limits one process only. It is safe for concurrent use. Keys are
+// forgotten once their state is back to untouched, like Redis keys whose TTL
+// has run out, so memory follows the number of recently active keys.
+type Local struct {
+	mu    sync.Mutex
+	rules []compiledRule
+	keys  map[string][]localState
+	ops   int
+}
+
+// localState mirrors one rule's Redis key.
+type localState struct {
+	present bool
+	expires int64 // microseconds; the state is dropped from then on
+
+	w, p, c int64   // FixedWindow (w, c), SlidingWindowCounter (w, p, c)
+	log     []int64 // SlidingWindowLog: event times, oldest first
+	t, v    int64   // meters: time and level, tokens or TAT (GCRA: t = TAT ticks, v = remainder)
+}
+
+// decision is one rule's answer; the fields match the Lua functions' returns.
+type decision struct {
+	ok                                           bool
+	avail, retry, resetBefore, resetAfter, delay int64
+	next                                         localState // the state once consumed, when ok
+}
+
+// NewLocal returns the in-memory twin of a Limiter built with these rules.
+// It validates them exactly like NewPolicy.
+func NewLocal(rules []Rule) (*Local, error) {
+	compiled, err := compileRules(rules)
+	if err != nil {
+		return nil, err
+	}
+	return &Local{rules: compiled, keys: make(map[string][]localState)}, nil
+}
+
+// AllowN reports whether n events for key are admitted at time now and, if
+// so, consumes them under every rule; like Limiter.AllowN.
+func (l *Local) AllowN(now time.Time, key string, n int) (Result, error) {
+	if err := checkCost(l.rules, "AllowN", n); err != nil {
+		return Result{}, err
+	}
+	return buildResult(l.rules, l.decide(now, key, true, n)), nil
+}
+
+// Peek reports what AllowN(now, key, 1) would decide, without consuming;
+// like Limiter.Peek.
+func (l *Local) Peek(now time.Time, key string) Result {
+	return buildResult(l.rules, l.decide(now, key, false, 1))
+}
+
+// Reset forgets key under every rule.
+func (l *Local) Reset(key string) {
+	l.mu.Lock()
+	delete(l.keys, key)
+	l.mu.Unlock()
+}
+
+// decide returns the reply policy.lua would return.
+func (l *Local) decide(now time.Time, key string, consume bool, n int) []int64 {
+	nowMicros := now.UnixMicro()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.sweep(nowMicros)
+	states := l.keys[key]
+	if states == nil {
+		states = make([]localState, len(l.rules))
+	}
+	out := make([]int64, 1+5*len(l.rules))
+	out[0] = 1
+	ds := make([]decision, len(l.rules))
+	for i := range l.rules {
+		r := &l.rules[i]
+		s := &states[i]
+		if s.present && nowMicros >= s.expires {
+			*s = localState{}
+		}
+		d := r.decide(s, nowMicros/r.tick, int64(n))
+		ds[i] = d
+		k := 1 + 5*i
+		if d.ok {
+			out[k] = 1
+		} else {
+			out[0] = 0
+		}
+		out[k+1] = d.avail
+		out[k+2] = d.retry * r.tick
+		out[k+3] = d.resetBefore * r.tick
+		out[k+4] = d.delay * r.tick
+	}
+	if out[0] == 0 {
+		for i := range l.rules {
+			out[1+5*i+4] = 0
+		}
+		return out
+	}
+	if consume {
+		for i := range l.rules {
+			r := &l.rules[i]
+			k := 1 + 5*i
+			states[i] = ds[i].next
+			states[i].present = true
+			ms := ceilDiv(ds[i].resetAfter*r.tick, 1000)
+			if ms < 1 {
+				ms = 1
+			}
+			states[i].expires = nowMicros + ms*1000
+			out[k+1] = ds[i].avail - int64(n)
+			out[k+3] = ds[i].resetAfter * r.tick
+		}
+		l.keys[key] = states
+	}
+	return out
+}
+
+// sweep drops expired keys now and then, so idle keys do not pile up.
+func (l *Local) sweep(nowMicros int64) {
+	l.ops++
+	if l.ops < 1024 && len(l.keys) < 1024 || l.ops < 64 {
+		return
+	}
+	l.ops = 0
+	for k, states := range l.keys {
+		live := false
+		for _, s := range states {
+			live = live || (s.present && nowMicros < s.expires)
+		}
+		if !live {
+			delete(l.keys, k)
+		}
+	}
+}
+
+func ceilDiv(a, b int64) int64 {
+	q := a / b
+	if q*b < a {
+		q++
+	}
+	return q
+}
+
+// checkCost validates n against every rule.
+func checkCost(rules []compiledRule, method string, n int) error {
+	if n <= 0 {
+		return fmt.Errorf("sluice: %s(n=%d): n must be positive", method, n)
+	}
+	for _, r := range rules {
+		if n > r.capacity {
+			return fmt.Errorf("%w: %s(n=%d) exceeds rule %q, which admits at most %d at once",
+				ErrCostExceedsLimit, method, n, r.Name, r.capacity)
+		}
+	}
+	return nil
+}
+
+// decide is the twin of the rule's Lua function; see lua/*.lua for the
+// meaning of every step.
+func (r *compiledRule) decide(s *localState, now, n int64) decision {
+	switch r.Algorithm {
+	case FixedWindow:
+		return fixedWindow(s, now, int64(r.Limit.Rate), r.periodTicks, n)
+	case SlidingWindowLog:
+		return slidingWindowLog(s, now, int64(r.Limit.Rate), r.periodTicks, n)
+	case SlidingWindowCounter:
+		return slidingWindowCounter(s, now, int64(r.Limit.Rate), r.periodTicks, n)
+	case LeakyBucket:
+		return leakyBucket(s, now, r.rateUnits, r.eventUnits, r.capUnits, n)
+	case TokenBucket:
+		return tokenBucket(s, now, r.rateUnits, r.eventUnits, r.capUnits, n)
+	default:
+		return gcra(s, now, r.rateUnits, r.eventUnits, r.capUnits, n)
+	}
+}
+
+func fixedWindow(s *localState, now, rate, period, n int64) decision {
+	w, c := now/period, int64(0)
+	if s.present && s.w >= w {
+		w, c = s.w, s.c
+	}
+	left := (w+1)*period - now
+	d := decision{avail: rate - c}
+	if c > 0 {
+		d.resetBefore = left
+	}
+	if c+n > rate {
+		d.retry = left
+		return d
+	}
+	d.ok, d.resetAfter = true, left
+	d.next = localState{w: w, c: c + n}
+	return d
+}
+
+func slidingWindowLog(s *localState, now, rate, period, n int64) decision {
+	from := now - period
+	first := 0 // events at or before from have left the window
+	for first < len(s.log) && s.log[first] <= from {
+		first++
+	}
+	live := s.log[first:]
+	c := int64(len(live))
+	d := decision{avail: rate - c}
+	if c > 0 {
+		d.resetBefore = live[len(live)-1] + period - now
+	}
+	if c+n > rate {
+		d.retry = live[c+n-rate-1] + period - now
+		return d
+	}
+	d.ok, d.resetAfter = true, period
+	if d.resetBefore > period {
+		d.resetAfter = d.resetBefore
+	}
+	next := make([]int64, 0, len(live)+int(n))
+	next = append(next, live...)
+	for i := int64(0); i < n; i++ {
+		next = append(next, now)
+	}
+	// Redis keeps the set ordered by time; should the clock step back, so do we.
+	slices.Sort(next)
+	d.next = localState{log: next}
+	return d
+}
+
+func slidingWindowCounter(s *localState, now, rate, period, n int64) decision {
+	w := now / period
+	var p, c int64
+	if s.present {
+		if s.w >= w {
+			w, p, c = s.w, s.p, s.c
+		} else if s.w == w-1 {
+			p = s.c
+		}
+	}
+	e := max(now-w*period, 0)
+	capacity := rate * period
+	used := p*(period-e) + c*period
+	var d decision
+	if used < capacity {
+		d.avail = (capacity - used) / period
+	}
+	if c > 0 {
+		d.resetBefore = 2*period - e
+	} else if p > 0 {
+		d.resetBefore = period - e
+	}
+	if used+n*period > capacity {
+		if room := (rate - c - n) * period; room >= 0 {
+			d.retry = period - room/p - e
+		} else {
+			d.retry = period - e + max(period-(rate-n)*period/c, 0)
+		}
+		return d
+	}
+	d.ok, d.resetAfter = true, 2*period-e
+	d.next = localState{w: w, p: p, c: c + n}
+	return d
+}
+
+func leakyBucket(s *localState, now, rate, event, capacity, n int64) decision {
+	var level int64
+	if s.present {
+		now = max(now, s.t)
+		level = s.v
+		if elapsed := now - s.t; elapsed >= ceilDiv(level, rate) {
+			level = 0
+		} else {
+			level -= elapsed * rate
+		}
+	}
+	need := n * event
+	d := decision{avail: (capacity - level) / event, resetBefore: ceilDiv(level, rate)}
+	if level+need > capacity {
+		d.retry = ceilDiv(level+need-capacity, rate)
+		return d
+	}
+	d.ok, d.delay = true, d.resetBefore
+	d.resetAfter = ceilDiv(level+need, rate)
+	d.next = localState{t: now, v: level + need}
+	return d
+}
+
+func tokenBucket(s *localState, now, rate, event, capacity, n int64) decision {
+	tokens := capacity
+	if s.present {
+		now = max(now, s.t)
+		tokens = s.v
+		if elapsed := now - s.t; elapsed >= ceilDiv(capacity-tokens, rate) {
+			tokens = capacity
+		} else {
+			tokens += elapsed * rate
+		}
+	}
+	need := n * event
+	d := decision{avail: tokens / event, resetBefore: ceilDiv(capacity-tokens, rate)}
+	if tokens < need {
+		d.retry = ceilDiv(need-tokens, rate)
+		return d
+	}
+	d.ok = true
+	d.resetAfter = ceilDiv(capacity-(tokens-need), rate)
+	d.next = localState{t: now, v: tokens - need}
+	return d
+}
+
+func gcra(s *localState, now, rate, event, capacity, n int64) decision {
+	var debt int64
+	if s.present && s.t >= now {
+		if s.t-now > ceilDiv(capacity, rate) {
+			debt = capacity
+		} else {
+			debt = min((s.t-now)*rate+s.v, capacity)
+		}
+	}
+	need := n * event
+	d := decision{avail: (capacity - debt) / event, resetBefore: ceilDiv(debt, rate)}
+	if debt+need > capacity {
+		d.retry = ceilDiv(debt+need-capacity, rate)
+		return d
+	}
+	after := debt + need
+	d.ok = true
+	d.resetAfter = ceilDiv(after, rate)
+	d.next = localState{t: now + after/rate, v: after % rate}
+	return d
+}

@@ -1,0 +1,56 @@
+-- prelude.lua: helpers shared by every algorithm. sluice concatenates
+-- prelude.lua, the six algorithm files and policy.lua into one script.
+--
+-- Lua numbers are doubles. Every quantity sluice computes is an integer
+-- below 2^53, where doubles are exact, but a/b rounds: floor(a/b) can be one
+-- too large when a is near 2^53. idiv corrects that, so all arithmetic here
+-- is exact integer arithmetic, identical to the int64 arithmetic of the
+-- Go twin (core/local.go).
+--
+-- Every algorithm is a function
+--   alg(key, now, a, b, c, n) -> ok, avail, retry, reset_before, reset_after, delay, write
+-- with now in ticks, a/b/c the rule's parameters (see each file), n the cost:
+--   ok            true when n events are admissible now
+--   avail         unit events admissible now, before consuming
+--   retry         ticks until n events are admissible (0 when ok)
+--   reset_before  ticks until the key is untouched, as it is now
+--   reset_after   ticks until the key is untouched once n are consumed (when ok)
+--   delay         ticks the admitted events wait before proceeding (LeakyBucket)
+--   write         when ok: a function that consumes n (called only when every
+--                 rule of the policy admits)
+-- No algorithm writes anything before write is called.
+
+-- idiv returns floor(a / b) exactly, for 0 <= a < 2^53 and b > 0.
+local function idiv(a, b)
+  local q = math.floor(a / b)
+  if q * b > a then
+    q = q - 1
+  elseif (q + 1) * b <= a then
+    q = q + 1
+  end
+  return q
+end
+
+-- ceildiv returns ceil(a / b) exactly, for 0 <= a < 2^53 and b > 0.
+local function ceildiv(a, b)
+  local q = idiv(a, b)
+  if q * b < a then
+    q = q + 1
+  end
+  return q
+end
+
+-- int formats an integer in full; tostring would print 1.76e+15.
+local function int(x)
+  return string.format('%d', x)
+end
+
+-- expire sets key's TTL to ticks (of tick microseconds), rounded up to whole
+-- milliseconds and at least 1 ms: a TTL is never 0 and never forever.
+local function expire(key, ticks, tick)
+  local ms = ceildiv(ticks * tick, 1000)
+  if ms < 1 then
+    ms = 1
+  end
+  redis.call('PEXPIRE', key, ms)
+end

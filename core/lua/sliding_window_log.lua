@@ -1,0 +1,46 @@
+-- sliding_window_log.lua: SlidingWindowLog. A sorted set with one member per
+-- admitted event, scored by its time: exact for every trailing window of
+-- `period` ticks. Memory is O(rate) per key: up to rate members.
+--
+-- KEYS: the rule's key, a sorted set; member "<time>:<index>", score <time>.
+-- Params: a = rate (events per trailing period), b = period (ticks), c unused.
+-- Returns the common shape (prelude.lua). An event at time s counts while
+-- now < s + period.
+local function sliding_window_log(key, now, rate, period, _, n, tick)
+  local from = int(now - period) -- events scored <= from have left the window
+  local c = redis.call('ZCOUNT', key, '(' .. from, '+inf')
+  local reset_before = 0
+  if c > 0 then
+    local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    reset_before = tonumber(newest[2]) + period - now
+  end
+  if c + n > rate then
+    -- the (c+n-rate)-th oldest event in the window must leave first
+    local e = redis.call('ZRANGEBYSCORE', key, '(' .. from, '+inf', 'WITHSCORES', 'LIMIT', c + n - rate - 1, 1)
+    return false, rate - c, tonumber(e[2]) + period - now, reset_before, 0, 0, nil
+  end
+  local reset_after = period
+  if reset_before > period then
+    reset_after = reset_before
+  end
+  return true, rate - c, 0, reset_before, reset_after, 0, function()
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', from)
+    -- Members of one time are told apart by index: c only grows while the
+    -- time stays the same, so "<time>:<c+i>" is new. ZADD in chunks keeps
+    -- unpack below Lua's stack limit for large costs.
+    local t = int(now)
+    local i = 0
+    while i < n do
+      local args = {}
+      local j = 0
+      while i < n and j < 200 do
+        args[j + 1] = t
+        args[j + 2] = t .. ':' .. int(c + i)
+        i = i + 1
+        j = j + 2
+      end
+      redis.call('ZADD', key, unpack(args))
+    end
+    expire(key, reset_after, tick)
+  end
+end

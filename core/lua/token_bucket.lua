@@ -1,0 +1,41 @@
+-- token_bucket.lua: TokenBucket. A bucket of capacity `cap` (Burst events)
+-- that starts full and is refilled continuously; a request takes n events'
+-- worth of tokens or is denied. Tokens are kept in units of 1/`event` of an
+-- event, so refill is exact to the tick (one microsecond) however slow the
+-- rate: a key polled faster than one token's interval still refills, because
+-- the fraction of a token earned is kept, not dropped.
+--
+-- KEYS: the rule's key, a hash {t = time of the last update (ticks),
+-- k = tokens in units}. A missing key is a full bucket.
+-- Params: a = rate units refilled per tick, b = units per event,
+-- c = capacity in units (burst × event).
+-- Returns the common shape (prelude.lua).
+local function token_bucket(key, now, rate, event, cap, n, tick)
+  local tokens = cap
+  local v = redis.call('HMGET', key, 't', 'k')
+  local t = tonumber(v[1])
+  if t then
+    if now < t then -- the clock stepped back: time does not run backwards here
+      now = t
+    end
+    tokens = tonumber(v[2])
+    local elapsed = now - t
+    if elapsed >= ceildiv(cap - tokens, rate) then -- checked first, so nothing overflows
+      tokens = cap
+    else
+      tokens = tokens + elapsed * rate
+    end
+  end
+  local need = n * event
+  local avail = idiv(tokens, event)
+  local reset_before = ceildiv(cap - tokens, rate)
+  if tokens < need then
+    return false, avail, ceildiv(need - tokens, rate), reset_before, 0, 0, nil
+  end
+  local left = tokens - need
+  local reset_after = ceildiv(cap - left, rate)
+  return true, avail, 0, reset_before, reset_after, 0, function()
+    redis.call('HSET', key, 't', int(now), 'k', int(left))
+    expire(key, reset_after, tick)
+  end
+end

@@ -1,0 +1,178 @@
+package core
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// maxRawKey is the longest user key stored as is; longer keys are hashed.
+const maxRawKey = 64
+
+// storedKey returns how a user key appears inside Redis keys: as is when it
+// is short, non-empty and does not start with '#'; otherwise '#' and the hex
+// SHA-256 of the key (128 bits). No raw key starts with '#', so a raw key
+// never equals a hashed one, and different user keys never share state.
+func storedKey(key string) string {
+	if len(key) > 0 && len(key) <= maxRawKey && key[0] != '#' {
+		return key
+	}
+	sum := sha256.Sum256([]byte(key))
+	return "#" + hex.EncodeToString(sum[:16])
+}
+
+// keys returns the Redis keys of key, one per rule:
+// "<prefix>:{<stored key>}:<fingerprint>:<rule index>". The braces make the
+// stored key the hash tag, so all of them share one Redis Cluster slot.
+func (l *Limiter) keys(key string) []string {
+	base := l.prefix + ":{" + storedKey(key) + "}:" + l.fp + ":"
+	keys := make([]string, len(l.rules))
+	for i := range l.rules {
+		keys[i] = base + strconv.Itoa(i)
+	}
+	return keys
+}
+
+// args returns the script's ARGV for mode ("1" consume, "0" peek) and n.
+func (l *Limiter) args(mode string, n int) []interface{} {
+	args := make([]interface{}, 0, 2+argsPerRule*len(l.rules))
+	args = append(args, mode, strconv.Itoa(n))
+	for i := range l.rules {
+		args = append(args, l.rules[i].args...)
+	}
+	return args
+}
+
+// AllowN reports whether n events for key are admitted now and, if so,
+// consumes them under every rule. When any rule denies, nothing is consumed.
+//
+// n must be positive; n larger than some rule can ever admit at once returns
+// ErrCostExceedsLimit without asking Redis. A Redis error is returned as is,
+// with a zero Result.
+func (l *Limiter) AllowN(ctx context.Context, key string, n int) (Result, error) {
+	if err := l.checkCost("AllowN", n); err != nil {
+		return Result{}, err
+	}
+	return l.run(ctx, key, "1", n)
+}
+
+// Peek reports what Allow would decide for key right now, without changing
+// anything in Redis. Remaining counts the events admissible now (the peeked
+// one is not taken off); RetryAfter, when not allowed, is the time until one
+// event would be.
+func (l *Limiter) Peek(ctx context.Context, key string) (Result, error) {
+	return l.run(ctx, key, "0", 1)
+}
+
+// Reset forgets key under every rule, as if it had never been seen.
+func (l *Limiter) Reset(ctx context.Context, key string) error {
+	return l.client.Del(ctx, l.keys(key)...).Err()
+}
+
+func (l *Limiter) run(ctx context.Context, key, mode string, n int) (Result, error) {
+	v, err := policyScript.Run(ctx, l.client, l.keys(key), l.args(mode, n)...).Int64Slice()
+	if err != nil {
+		return Result{}, err
+	}
+	if len(v) != 1+5*len(l.rules) {
+		return Result{}, fmt.Errorf("sluice: unexpected script reply of %d values", len(v))
+	}
+	return l.result(v), nil
+}
+
+// result turns a script reply (see lua/policy.lua) into a Result. The Go
+// twin produces the same reply, so both share this.
+func (l *Limiter) result(v []int64) Result {
+	return buildResult(l.rules, v)
+}
+
+func buildResult(rules []compiledRule, v []int64) Result {
+	res := Result{Allowed: v[0] == 1, Rules: make([]RuleResult, len(rules))}
+	decider := -1
+	for i := range rules {
+		w := v[1+5*i:]
+		rr := RuleResult{
+			Name:       rules[i].Name,
+			Limit:      rules[i].Limit,
+			Allowed:    w[0] == 1,
+			Remaining:  int(w[1]),
+			RetryAfter: time.Duration(w[2]) * time.Microsecond,
+			ResetAfter: time.Duration(w[3]) * time.Microsecond,
+			Delay:      time.Duration(w[4]) * time.Microsecond,
+		}
+		res.Rules[i] = rr
+		if rr.ResetAfter > res.ResetAfter {
+			res.ResetAfter = rr.ResetAfter
+		}
+		if rr.Delay > res.Delay {
+			res.Delay = rr.Delay
+		}
+		if i == 0 || rr.Remaining < res.Remaining {
+			res.Remaining = rr.Remaining
+		}
+		// The deciding rule: when denied, the longest RetryAfter; when
+		// allowed, the least Remaining. Ties go to the earlier rule.
+		switch {
+		case decider < 0:
+			decider = i
+		case !res.Allowed && rr.RetryAfter > res.Rules[decider].RetryAfter:
+			decider = i
+		case res.Allowed && rr.Remaining < res.Rules[decider].Remaining:
+			decider = i
+		}
+	}
+	d := res.Rules[decider]
+	res.Limit, res.Rule = d.Limit, d.Name
+	if !res.Allowed {
+		res.RetryAfter = d.RetryAfter
+	}
+	return res
+}
+
+// Wait blocks until one event for key is admitted; it is WaitN(ctx, key, 1).
+func (l *Limiter) Wait(ctx context.Context, key string) error {
+	return l.WaitN(ctx, key, 1)
+}
+
+// WaitN blocks until n events for key are admitted, then returns nil. For a
+// LeakyBucket rule it also sleeps the admitted request's Delay, so the caller
+// proceeds at its turn.
+//
+// It returns an error at once, without sleeping, when n can never be
+// admitted (ErrCostExceedsLimit) or when the wait would outlast ctx's
+// deadline (an error wrapping context.DeadlineExceeded); it returns ctx's
+// error when ctx is done while waiting. A LeakyBucket request admitted with a
+// Delay longer than the deadline has been counted, and the error says so.
+func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
+	if err := l.checkCost("WaitN", n); err != nil {
+		return err
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		res, err := l.run(ctx, key, "1", n)
+		if err != nil {
+			return err
+		}
+		wait := res.RetryAfter
+		if res.Allowed {
+			wait = res.Delay
+		}
+		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < wait {
+			if res.Allowed {
+				return fmt.Errorf("sluice: WaitN(n=%d): admitted, but its turn comes after %s, past the context deadline: %w", n, wait, context.DeadlineExceeded)
+			}
+			return fmt.Errorf("sluice: WaitN(n=%d): admission in %s would exceed the context deadline: %w", n, wait, context.DeadlineExceeded)
+		}
+		if err := sleep(ctx, wait); err != nil {
+			return err
+		}
+		if res.Allowed {
+			return nil
+		}
+	}
+}

@@ -1,0 +1,40 @@
+package core
+
+import (
+	"embed"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed lua/*.lua
+var luaFiles embed.FS
+
+// scriptFiles are concatenated in this order into the one script every
+// decision runs: helpers, the six algorithms, then the policy driver.
+var scriptFiles = []string{
+	"prelude.lua",
+	"fixed_window.lua",
+	"sliding_window_log.lua",
+	"sliding_window_counter.lua",
+	"leaky_bucket.lua",
+	"token_bucket.lua",
+	"gcra.lua",
+	"policy.lua",
+}
+
+// policyScript decides a policy; see lua/policy.lua.
+var policyScript = redis.NewScript(scriptSource())
+
+func scriptSource() string {
+	var b strings.Builder
+	for _, name := range scriptFiles {
+		src, err := luaFiles.ReadFile("lua/" + name)
+		if err != nil {
+			panic("sluice: missing embedded script " + name) // a build defect, caught by every test
+		}
+		b.Write(src)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
