@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -13,11 +14,13 @@ import (
 const maxRawKey = 64
 
 // storedKey returns how a user key appears inside Redis keys: as is when it
-// is short, non-empty and does not start with '#'; otherwise '#' and the hex
-// SHA-256 of the key (128 bits). No raw key starts with '#', so a raw key
-// never equals a hashed one, and different user keys never share state.
+// is short, non-empty, does not start with '#' and holds no '}'; otherwise
+// '#' and the hex SHA-256 of the key (128 bits). No raw key starts with '#',
+// so a raw key never equals a hashed one, and different user keys never
+// share state. No stored key holds '}', so the hash tag "{<stored key>}" is
+// always the whole stored key, never cut short or empty.
 func storedKey(key string) string {
-	if len(key) > 0 && len(key) <= maxRawKey && key[0] != '#' {
+	if len(key) > 0 && len(key) <= maxRawKey && key[0] != '#' && strings.IndexByte(key, '}') < 0 {
 		return key
 	}
 	sum := sha256.Sum256([]byte(key))

@@ -1,0 +1,145 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// day0 is midnight UTC, so windows of every period in these tables start at
+// the table's time 0.
+var day0 = time.Unix(1763683200, 0)
+
+// step is one request of a table: at a time since day0, n events (0 means
+// Peek), and the expected answer.
+type step struct {
+	at        time.Duration
+	n         int
+	allowed   bool
+	remaining int
+	retry     time.Duration // expected RetryAfter
+	delay     time.Duration // expected Delay
+}
+
+type table struct {
+	name  string
+	alg   Algorithm
+	limit Limit
+	steps []step
+}
+
+const (
+	ms = time.Millisecond
+	s  = time.Second
+)
+
+var tables = []table{
+	{"fixed window: burst, deny until the window ends", FixedWindow, PerSecond(3), []step{
+		{0, 1, true, 2, 0, 0}, {0, 1, true, 1, 0, 0}, {0, 1, true, 0, 0, 0},
+		{0, 1, false, 0, s, 0}, {999999 * time.Microsecond, 1, false, 0, time.Microsecond, 0},
+		{s, 1, true, 2, 0, 0},
+	}},
+	{"fixed window: 2×rate across the window edge (documented weakness)", FixedWindow, PerSecond(3), []step{
+		{999 * ms, 3, true, 0, 0, 0}, {s, 3, true, 0, 0, 0}, {s, 1, false, 0, s, 0},
+	}},
+	{"fixed window: 5 per 500ms", FixedWindow, Limit{Rate: 5, Period: 500 * ms}, []step{
+		{0, 5, true, 0, 0, 0}, {100 * ms, 1, false, 0, 400 * ms, 0}, {500 * ms, 1, true, 4, 0, 0},
+	}},
+	{"fixed window: 3 per hour", FixedWindow, PerHour(3), []step{
+		{0, 1, true, 2, 0, 0}, {20 * time.Minute, 2, true, 0, 0, 0},
+		{30 * time.Minute, 1, false, 0, 30 * time.Minute, 0}, {time.Hour, 1, true, 2, 0, 0},
+	}},
+	{"sliding log: each event leaves one period after it", SlidingWindowLog, PerSecond(3), []step{
+		{0, 1, true, 2, 0, 0}, {100 * ms, 1, true, 1, 0, 0}, {200 * ms, 1, true, 0, 0, 0},
+		{300 * ms, 1, false, 0, 700 * ms, 0}, {300 * ms, 0, false, 0, 700 * ms, 0},
+		{s, 1, true, 0, 0, 0}, {1050 * ms, 1, false, 0, 50 * ms, 0},
+		{1050 * ms, 2, false, 0, 150 * ms, 0}, {1200 * ms, 2, true, 0, 0, 0},
+	}},
+	{"sliding log: 5 per 500ms", SlidingWindowLog, Limit{Rate: 5, Period: 500 * ms}, []step{
+		{0, 5, true, 0, 0, 0}, {499 * ms, 1, false, 0, ms, 0}, {500 * ms, 1, true, 4, 0, 0},
+	}},
+	{"sliding counter: the previous window weighs by overlap", SlidingWindowCounter, PerSecond(10), []step{
+		{0, 10, true, 0, 0, 0}, {500 * ms, 1, false, 0, 600 * ms, 0},
+		{1500 * ms, 0, true, 5, 0, 0}, {1500 * ms, 1, true, 4, 0, 0},
+		{1500 * ms, 5, false, 4, 100 * ms, 0}, {1600 * ms, 5, true, 0, 0, 0},
+	}},
+	{"sliding counter: 5 per 500ms", SlidingWindowCounter, Limit{Rate: 5, Period: 500 * ms}, []step{
+		{0, 5, true, 0, 0, 0}, {0, 1, false, 0, 600 * ms, 0}, {600 * ms, 1, true, 0, 0, 0},
+	}},
+	{"token bucket: burst, then one per interval", TokenBucket, PerSecond(10), []step{
+		{0, 1, true, 9, 0, 0}, {0, 9, true, 0, 0, 0}, {0, 1, false, 0, 100 * ms, 0},
+		{50 * ms, 1, false, 0, 50 * ms, 0}, {100 * ms, 1, true, 0, 0, 0},
+		{100 * ms, 0, false, 0, 100 * ms, 0}, {1100 * ms, 0, true, 10, 0, 0},
+	}},
+	{"token bucket: burst above rate", TokenBucket, Limit{Rate: 1, Period: s, Burst: 5}, []step{
+		{0, 5, true, 0, 0, 0}, {0, 1, false, 0, s, 0}, {2500 * ms, 3, false, 2, 500 * ms, 0},
+		{3 * s, 3, true, 0, 0, 0},
+	}},
+	{"token bucket: 5 per 500ms", TokenBucket, Limit{Rate: 5, Period: 500 * ms}, []step{
+		{0, 5, true, 0, 0, 0}, {0, 1, false, 0, 100 * ms, 0}, {100 * ms, 1, true, 0, 0, 0},
+	}},
+	{"token bucket: cost n", TokenBucket, PerMinute(10), []step{
+		{0, 4, true, 6, 0, 0}, {0, 7, false, 6, 6 * s, 0}, {6 * s, 7, true, 0, 0, 0},
+	}},
+	{"token bucket: 3 per second is exact (1/3 s intervals)", TokenBucket, PerSecond(3), []step{
+		{0, 3, true, 0, 0, 0}, {333333 * time.Microsecond, 1, false, 0, time.Microsecond, 0},
+		{333334 * time.Microsecond, 1, true, 0, 0, 0}, {s, 2, true, 0, 0, 0},
+	}},
+	{"gcra: 3 per hour", GCRA, PerHour(3), []step{
+		{0, 1, true, 2, 0, 0}, {0, 2, true, 0, 0, 0}, {0, 1, false, 0, 20 * time.Minute, 0},
+		{20 * time.Minute, 1, true, 0, 0, 0}, {25 * time.Minute, 1, false, 0, 15 * time.Minute, 0},
+		{3 * time.Hour, 0, true, 3, 0, 0},
+	}},
+	{"gcra: 5 per 500ms", GCRA, Limit{Rate: 5, Period: 500 * ms}, []step{
+		{0, 5, true, 0, 0, 0}, {50 * ms, 1, false, 0, 50 * ms, 0}, {100 * ms, 1, true, 0, 0, 0},
+	}},
+	{"leaky bucket: admitted requests wait their turn", LeakyBucket, PerSecond(10), []step{
+		{0, 1, true, 9, 0, 0}, {0, 1, true, 8, 0, 100 * ms}, {0, 1, true, 7, 0, 200 * ms},
+		{0, 7, true, 0, 0, 300 * ms}, {0, 1, false, 0, 100 * ms, 0},
+		{100 * ms, 1, true, 0, 0, 900 * ms}, {2 * s, 1, true, 9, 0, 0},
+	}},
+	{"leaky bucket: 3 per hour", LeakyBucket, PerHour(3), []step{
+		{0, 1, true, 2, 0, 0}, {0, 1, true, 1, 0, 20 * time.Minute}, {10 * time.Minute, 1, true, 0, 0, 30 * time.Minute},
+	}},
+}
+
+// runTable runs a table through the Redis script (on miniredis, with its
+// clock set to each step's time) and through the twin.
+func runTable(t *testing.T, tb table) {
+	rules := []Rule{{Name: "r", Algorithm: tb.alg, Limit: tb.limit}}
+	clk, client := newClock(t)
+	clk.advance(day0.Sub(clk.now))
+	lim, err := NewPolicy(client, rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	twin, _ := NewLocal(rules)
+	ctx := context.Background()
+	for i, st := range tb.steps {
+		clk.advance(day0.Add(st.at).Sub(clk.now))
+		var res, tw Result
+		if st.n == 0 {
+			res, err = lim.Peek(ctx, "k")
+			tw = twin.Peek(clk.now, "k")
+		} else {
+			res, err = lim.AllowN(ctx, "k", st.n)
+			tw, _ = twin.AllowN(clk.now, "k", st.n)
+		}
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		got := fmt.Sprintf("allowed=%v remaining=%d retry=%s delay=%s", res.Allowed, res.Remaining, res.RetryAfter, res.Delay)
+		want := fmt.Sprintf("allowed=%v remaining=%d retry=%s delay=%s", st.allowed, st.remaining, st.retry, st.delay)
+		twinGot := fmt.Sprintf("allowed=%v remaining=%d retry=%s delay=%s", tw.Allowed, tw.Remaining, tw.RetryAfter, tw.Delay)
+		if got != want || twinGot != want {
+			t.Errorf("step %d (at %s, n=%d):\nscript %s\ntwin   %s\nwant   %s", i, st.at, st.n, got, twinGot, want)
+		}
+	}
+}
+
+func TestAlgorithms(t *testing.T) {
+	for _, tb := range tables {
+		t.Run(tb.name, func(t *testing.T) { runTable(t, tb) })
+	}
+}

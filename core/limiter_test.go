@@ -1,0 +1,331 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+func newOn(t *testing.T, client redis.UniversalClient, alg Algorithm, l Limit, opts ...Option) *Limiter {
+	t.Helper()
+	lim, err := New(client, alg, l, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lim
+}
+
+func TestPolicyAllOrNothing(t *testing.T) {
+	clk, client := newClock(t)
+	clk.advance(day0.Sub(clk.now))
+	rules := []Rule{
+		{Name: "second", Algorithm: TokenBucket, Limit: PerSecond(2)},
+		{Name: "minute", Algorithm: FixedWindow, Limit: PerMinute(3)},
+	}
+	lim, err := NewPolicy(client, rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	type want struct {
+		allowed         bool
+		rule            string
+		remaining       int
+		second, minute  int // each rule's Remaining
+		secondOK, minOK bool
+	}
+	steps := []struct {
+		at time.Duration
+		want
+	}{
+		{0, want{true, "second", 1, 1, 2, true, true}},
+		{0, want{true, "second", 0, 0, 1, true, true}},
+		// the per-second rule denies, so the per-minute rule must not consume
+		{0, want{false, "second", 0, 0, 1, false, true}},
+		{s, want{true, "minute", 0, 1, 0, true, true}},
+		// now the per-minute rule denies: the per-second rule keeps its tokens
+		{2 * s, want{false, "minute", 0, 2, 0, true, false}},
+	}
+	for i, st := range steps {
+		clk.advance(day0.Add(st.at).Sub(clk.now))
+		r, err := lim.Allow(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := want{r.Allowed, r.Rule, r.Remaining, r.Rules[0].Remaining, r.Rules[1].Remaining, r.Rules[0].Allowed, r.Rules[1].Allowed}
+		if got != st.want {
+			t.Errorf("step %d: got %+v, want %+v", i, got, st.want)
+		}
+	}
+	// The denial's RetryAfter is the longest one: the minute's end.
+	r, _ := lim.Peek(ctx, "k")
+	if r.Allowed || r.RetryAfter != 58*s || r.Rule != "minute" || r.Limit != PerMinute(3).withBurst() {
+		t.Errorf("peek after the minute is used up: %+v", r)
+	}
+}
+
+func (l Limit) withBurst() Limit {
+	if l.Burst == 0 {
+		l.Burst = l.Rate
+	}
+	return l
+}
+
+func TestRemainingAfterFirstEvent(t *testing.T) {
+	// PerSecond(10) leaves 9 after one event for every algorithm; float
+	// truncation once made that 8.
+	_, client := newClock(t)
+	for _, alg := range Algorithms {
+		r, err := newOn(t, client, alg, PerSecond(10)).Allow(context.Background(), "k")
+		if err != nil || !r.Allowed || r.Remaining != 9 {
+			t.Errorf("%s: %+v, %v; want allowed with Remaining 9", alg, r, err)
+		}
+		r, err = newOn(t, client, alg, PerMinute(5)).AllowN(context.Background(), "k2", 2)
+		if err != nil || r.Remaining != 3 {
+			t.Errorf("%s: PerMinute(5) after two events: Remaining %d, %v; want 3", alg, r.Remaining, err)
+		}
+	}
+}
+
+func TestInvalidConfigurations(t *testing.T) {
+	_, client := newClock(t)
+	ok := Rule{Name: "ok", Algorithm: TokenBucket, Limit: PerSecond(1)}
+	cases := []struct {
+		name  string
+		rules []Rule
+		opts  []Option
+		msg   string
+	}{
+		{"no rules", nil, nil, "no rules"},
+		{"zero rate", []Rule{{Name: "a", Algorithm: GCRA, Limit: Limit{Period: s}}}, nil, "rate 0 must be positive"},
+		{"negative rate", []Rule{{Name: "a", Algorithm: GCRA, Limit: Limit{Rate: -1, Period: s}}}, nil, "rate -1 must be positive"},
+		{"zero period", []Rule{{Name: "a", Algorithm: GCRA, Limit: Limit{Rate: 1}}}, nil, "period 0s must be positive"},
+		{"negative period", []Rule{{Name: "a", Algorithm: GCRA, Limit: Limit{Rate: 1, Period: -s}}}, nil, "period -1s must be positive"},
+		{"period below 1ms", []Rule{{Name: "a", Algorithm: GCRA, Limit: Limit{Rate: 1, Period: 999 * time.Microsecond}}}, nil, "shorter than 1ms"},
+		{"fractional microseconds", []Rule{{Name: "a", Algorithm: GCRA, Limit: Limit{Rate: 1, Period: s + 1}}}, nil, "whole number of microseconds"},
+		{"negative burst", []Rule{{Name: "a", Algorithm: GCRA, Limit: Limit{Rate: 1, Period: s, Burst: -1}}}, nil, "burst -1 must not be negative"},
+		{"burst on a window", []Rule{{Name: "a", Algorithm: FixedWindow, Limit: Limit{Rate: 1, Period: s, Burst: 2}}}, nil, "burst 2 must be 0 or equal to rate 1"},
+		{"burst on a log", []Rule{{Name: "a", Algorithm: SlidingWindowLog, Limit: Limit{Rate: 3, Period: s, Burst: 1}}}, nil, "must be 0 or equal to rate"},
+		{"burst on a counter", []Rule{{Name: "a", Algorithm: SlidingWindowCounter, Limit: Limit{Rate: 3, Period: s, Burst: 9}}}, nil, "must be 0 or equal to rate"},
+		{"unknown algorithm", []Rule{{Name: "a", Algorithm: "leaky", Limit: PerSecond(1)}}, nil, `unknown algorithm "leaky"`},
+		{"empty algorithm", []Rule{{Name: "a", Limit: PerSecond(1)}}, nil, `unknown algorithm ""`},
+		{"empty name", []Rule{{Algorithm: GCRA, Limit: PerSecond(1)}}, nil, "rule 0 has an empty name"},
+		{"duplicate names", []Rule{ok, ok}, nil, `duplicate rule name "ok"`},
+		{"too large to be exact", []Rule{{Name: "a", Algorithm: GCRA, Limit: Limit{Rate: 1<<40 + 1, Period: 24 * time.Hour + time.Microsecond}}}, nil, "too large"},
+		{"empty prefix", []Rule{ok}, []Option{WithPrefix("")}, "empty key prefix"},
+		{"prefix with a brace", []Rule{ok}, []Option{WithPrefix("a{b")}, "contains '{' or '}'"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := NewPolicy(client, c.rules, c.opts...)
+			if !errors.Is(err, ErrInvalidLimit) || !strings.Contains(err.Error(), c.msg) {
+				t.Errorf("got %v, want ErrInvalidLimit naming %q", err, c.msg)
+			}
+			if len(c.rules) == 1 && c.opts == nil {
+				if _, err := NewLocal(c.rules); !errors.Is(err, ErrInvalidLimit) {
+					t.Errorf("NewLocal: got %v, want ErrInvalidLimit", err)
+				}
+			}
+		})
+	}
+	if _, err := New(nil, GCRA, PerSecond(1)); !errors.Is(err, ErrInvalidLimit) {
+		t.Errorf("nil client: %v", err)
+	}
+	// Period and rate units that are not round are fine.
+	if _, err := New(client, GCRA, Limit{Rate: 7, Period: 1234567 * time.Microsecond, Burst: 3}); err != nil {
+		t.Errorf("odd but valid limit: %v", err)
+	}
+}
+
+func TestCost(t *testing.T) {
+	_, client := newClock(t)
+	ctx := context.Background()
+	for _, alg := range Algorithms {
+		lim := newOn(t, client, alg, PerSecond(5))
+		for _, n := range []int{0, -1} {
+			if _, err := lim.AllowN(ctx, "k", n); err == nil || errors.Is(err, ErrCostExceedsLimit) || !strings.Contains(err.Error(), "must be positive") {
+				t.Errorf("%s: AllowN(%d): %v", alg, n, err)
+			}
+			if err := lim.WaitN(ctx, "k", n); err == nil || !strings.Contains(err.Error(), "must be positive") {
+				t.Errorf("%s: WaitN(%d): %v", alg, n, err)
+			}
+		}
+		if _, err := lim.AllowN(ctx, "k", 6); !errors.Is(err, ErrCostExceedsLimit) {
+			t.Errorf("%s: AllowN(6) of 5: %v", alg, err)
+		}
+		if err := lim.WaitN(ctx, "k", 6); !errors.Is(err, ErrCostExceedsLimit) {
+			t.Errorf("%s: WaitN(6) of 5: %v", alg, err) // at once, never blocking forever
+		}
+		if r, err := lim.AllowN(ctx, "k", 5); err != nil || !r.Allowed || r.Remaining != 0 {
+			t.Errorf("%s: AllowN(5) of 5: %+v %v", alg, r, err)
+		}
+	}
+	lim := newOn(t, client, TokenBucket, Limit{Rate: 1, Period: s, Burst: 4})
+	if _, err := lim.AllowN(ctx, "k", 4); err != nil {
+		t.Errorf("burst is the capacity: %v", err)
+	}
+}
+
+func TestPeekChangesNothing(t *testing.T) {
+	clk, client := newClock(t)
+	ctx := context.Background()
+	for _, alg := range Algorithms {
+		lim := newOn(t, client, alg, PerMinute(5), WithPrefix("peek"))
+		r, err := lim.Peek(ctx, "fresh")
+		if err != nil || !r.Allowed || r.Remaining != 5 || r.ResetAfter != 0 {
+			t.Errorf("%s: peek of a fresh key: %+v %v", alg, r, err)
+		}
+		if keys := clk.m.Keys(); len(keys) != 0 {
+			t.Fatalf("%s: peek created keys %v", alg, keys)
+		}
+		lim.AllowN(ctx, "k", 2)
+		before := clk.m.Dump()
+		for i := 0; i < 3; i++ {
+			if r, _ := lim.Peek(ctx, "k"); r.Remaining != 3 {
+				t.Errorf("%s: peek %d: Remaining %d, want 3", alg, i, r.Remaining)
+			}
+		}
+		if after := clk.m.Dump(); after != before {
+			t.Errorf("%s: peek changed Redis:\n%s\n%s", alg, before, after)
+		}
+		if r, _ := lim.Allow(ctx, "k"); r.Remaining != 2 {
+			t.Errorf("%s: allow after peeks: Remaining %d, want 2", alg, r.Remaining)
+		}
+		clk.m.FlushAll()
+	}
+}
+
+func TestReset(t *testing.T) {
+	clk, client := newClock(t)
+	ctx := context.Background()
+	rules := []Rule{
+		{Name: "a", Algorithm: SlidingWindowLog, Limit: PerMinute(2)},
+		{Name: "b", Algorithm: GCRA, Limit: PerHour(2)},
+		{Name: "c", Algorithm: LeakyBucket, Limit: PerHour(2)},
+	}
+	lim, _ := NewPolicy(client, rules)
+	other, _ := NewPolicy(client, rules)
+	lim.AllowN(ctx, "k", 2)
+	lim.AllowN(ctx, "other", 1)
+	if r, _ := lim.Allow(ctx, "k"); r.Allowed {
+		t.Fatal("not exhausted")
+	}
+	if err := lim.Reset(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := other.Allow(ctx, "k"); !r.Allowed || r.Remaining != 1 {
+		t.Errorf("after Reset: %+v", r)
+	}
+	if r, _ := lim.Peek(ctx, "other"); r.Remaining != 1 {
+		t.Errorf("Reset touched another key: %+v", r)
+	}
+	for _, k := range clk.m.Keys() {
+		if !strings.Contains(k, "{k}") && !strings.Contains(k, "{other}") {
+			t.Errorf("unexpected key %q", k)
+		}
+	}
+}
+
+func TestKeys(t *testing.T) {
+	clk, client := newClock(t)
+	ctx := context.Background()
+	huge := strings.Repeat("x", 1<<20)
+	keys := []string{"", "a", "#a", "a}b{c", "{", "}", "\x00\xff", "ключ", huge, huge + "y",
+		strings.Repeat("y", maxRawKey), strings.Repeat("y", maxRawKey+1)}
+	lim := newOn(t, client, TokenBucket, PerMinute(len(keys)+1))
+	for i, k := range keys {
+		// Each key takes i+1 events; if two keys shared state, a later key
+		// would see fewer than it should.
+		r, err := lim.AllowN(ctx, k, i+1)
+		if err != nil || !r.Allowed || r.Remaining != len(keys)-i {
+			t.Errorf("key %d (%.20q): %+v %v", i, k, r, err)
+		}
+	}
+	if got := len(clk.m.Keys()); got != len(keys) {
+		t.Errorf("%d Redis keys for %d user keys", got, len(keys))
+	}
+	for _, k := range clk.m.Keys() {
+		if len(k) > 120 {
+			t.Errorf("Redis key of %d bytes: %.40q…", len(k), k)
+		}
+		// One hash tag per key: what Redis Cluster hashes is between the
+		// first '{' and the next '}', and must not be empty.
+		open := strings.IndexByte(k, '{')
+		end := strings.IndexByte(k[open+1:], '}')
+		if open < 0 || end <= 0 || !strings.HasPrefix(k[open+1+end:], "}:"+lim.fp+":") {
+			t.Errorf("key %q has no usable hash tag", k)
+		}
+	}
+}
+
+func TestLimitersDoNotCollide(t *testing.T) {
+	_, client := newClock(t)
+	ctx := context.Background()
+	global := newOn(t, client, TokenBucket, PerMinute(100))
+	login := newOn(t, client, TokenBucket, PerMinute(3))
+	loginWindow := newOn(t, client, FixedWindow, PerMinute(3))
+	for i := 0; i < 3; i++ {
+		login.Allow(ctx, "203.0.113.7")
+	}
+	if r, _ := global.Allow(ctx, "203.0.113.7"); r.Remaining != 99 {
+		t.Errorf("the global limit saw the login limit's events: %+v", r)
+	}
+	if r, err := loginWindow.Allow(ctx, "203.0.113.7"); err != nil || r.Remaining != 2 {
+		t.Errorf("same limit, another algorithm: %+v %v", r, err)
+	}
+	// The same rules under the same prefix share state on purpose.
+	again := newOn(t, client, TokenBucket, PerMinute(3))
+	if r, _ := again.Allow(ctx, "203.0.113.7"); r.Allowed {
+		t.Errorf("a second instance of the login limit did not share state: %+v", r)
+	}
+	// A different prefix does not.
+	if r, _ := newOn(t, client, TokenBucket, PerMinute(3), WithPrefix("svc2")).Allow(ctx, "203.0.113.7"); !r.Allowed {
+		t.Errorf("another prefix shared state: %+v", r)
+	}
+}
+
+// TestTTLOnEveryKey checks the TTL of every key every algorithm writes:
+// never missing, never 0, never longer than needed to forget the key.
+func TestTTLOnEveryKey(t *testing.T) {
+	limits := []Limit{PerSecond(10), {Rate: 5, Period: 500 * ms}, {Rate: 1, Period: ms}, PerHour(3), {Rate: 2, Period: s, Burst: 6}}
+	for _, alg := range Algorithms {
+		for _, l := range limits {
+			if alg.windowed() && l.Burst != 0 {
+				continue
+			}
+			clk, client := newClock(t)
+			lim := newOn(t, client, alg, l)
+			capacity := l.withBurst().Burst
+			// The longest a key is needed: two windows for the counter, one
+			// for the others; for the meters, the time to refill Burst.
+			bound := l.Period
+			if alg == SlidingWindowCounter {
+				bound = 2 * l.Period
+			}
+			if !alg.windowed() {
+				bound = time.Duration(int64(l.Period) * int64(capacity) / int64(l.Rate))
+			}
+			for i := 0; i < 2*capacity; i++ {
+				lim.Allow(context.Background(), "k")
+				for _, k := range clk.m.Keys() {
+					ttl := clk.m.TTL(k)
+					if ttl <= 0 || ttl > bound+ms {
+						t.Fatalf("%s %s: key %s has TTL %s (bound %s)", alg, l, k, ttl, bound)
+					}
+				}
+				clk.advance(l.Period / time.Duration(3*l.Rate))
+			}
+			if len(clk.m.Keys()) == 0 {
+				t.Errorf("%s %s: no key written", alg, l)
+			}
+			clk.advance(bound + ms)
+			if keys := clk.m.Keys(); len(keys) != 0 {
+				t.Errorf("%s %s: keys outlive their use: %v", alg, l, keys)
+			}
+		}
+	}
+}

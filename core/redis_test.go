@@ -1,0 +1,187 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// TestRealRedisExactAdmission runs 4 clients × 100 goroutines on one key
+// against a real redis-server, flushing the script cache in the middle: every
+// algorithm admits exactly its limit, no call fails, and every key it wrote
+// has a TTL afterwards.
+func TestRealRedisExactAdmission(t *testing.T) {
+	clients := make([]*redis.Client, 4)
+	for i := range clients {
+		clients[i] = redistest.Client(t)
+	}
+	ctx := context.Background()
+	const limit, attempts = 1000, 5 // 400 goroutines × 5 = 2000 attempts for 1000
+	for _, alg := range Algorithms {
+		t.Run(string(alg), func(t *testing.T) {
+			prefix := fmt.Sprintf("exact-%s-%d", alg, time.Now().UnixNano())
+			lims := make([]*Limiter, len(clients))
+			for i, c := range clients {
+				lims[i] = newOn(t, c, alg, PerDay(limit), WithPrefix(prefix))
+			}
+			avoidWindowEdge(t, clients[0], 24*time.Hour)
+			var admitted, failed atomic.Int64
+			var wg sync.WaitGroup
+			for i := 0; i < 400; i++ {
+				wg.Add(1)
+				go func(lim *Limiter) {
+					defer wg.Done()
+					for j := 0; j < attempts; j++ {
+						r, err := lim.Allow(ctx, "one-key")
+						if err != nil {
+							failed.Add(1)
+							t.Error(err)
+							return
+						}
+						if r.Allowed {
+							admitted.Add(1)
+						}
+					}
+				}(lims[i%len(lims)])
+				if i == 200 {
+					if err := clients[0].ScriptFlush(ctx).Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			wg.Wait()
+			if admitted.Load() != limit || failed.Load() != 0 {
+				t.Errorf("admitted %d of %d attempts, %d errors; want exactly %d", admitted.Load(), 400*attempts, failed.Load(), limit)
+			}
+			keys, err := clients[0].Keys(ctx, prefix+":*").Result()
+			if err != nil || len(keys) == 0 {
+				t.Fatalf("keys: %v %v", keys, err)
+			}
+			bound := 24 * time.Hour // the counter also needs the next window: 2 periods
+			if alg == SlidingWindowCounter {
+				bound *= 2
+			}
+			for _, k := range keys {
+				if ttl := clients[0].PTTL(ctx, k).Val(); ttl <= 0 || ttl > bound {
+					t.Errorf("key %s: TTL %s", k, ttl)
+				}
+			}
+			clients[0].Del(ctx, keys...)
+		})
+	}
+}
+
+// avoidWindowEdge waits out the last seconds of an epoch-aligned window, so
+// a test never straddles two fixed windows.
+func avoidWindowEdge(t *testing.T, c *redis.Client, period time.Duration) {
+	now, err := c.Time(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left := period - time.Duration(now.UnixNano())%period; left < 10*time.Second {
+		time.Sleep(left + 10*time.Millisecond)
+	}
+}
+
+func TestRealRedisPolicyAndPeek(t *testing.T) {
+	c := redistest.Client(t)
+	ctx := context.Background()
+	prefix := fmt.Sprintf("policy-%d", time.Now().UnixNano())
+	var rules []Rule
+	for i, alg := range Algorithms {
+		rules = append(rules, Rule{Name: fmt.Sprintf("rule%d", i), Algorithm: alg, Limit: PerHour(10 + i)})
+	}
+	lim, err := NewPolicy(c, rules, WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := lim.AllowN(ctx, "k", 10)
+	if err != nil || !r.Allowed || r.Rule != "rule0" || r.Remaining != 0 || len(r.Rules) != 6 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	for i, rr := range r.Rules {
+		if rr.Remaining != i || rr.Name != rules[i].Name {
+			t.Errorf("rule %d: %+v", i, rr)
+		}
+	}
+	if r, _ := lim.Allow(ctx, "k"); r.Allowed || r.Rule != "rule0" || r.Rules[5].Remaining != 5 {
+		t.Errorf("denied by rule0, nothing consumed: %+v", r)
+	}
+	if err := lim.Reset(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.Exists(ctx, lim.keys("k")...).Val(); n != 0 {
+		t.Errorf("%d keys left after Reset", n)
+	}
+}
+
+func TestWait(t *testing.T) {
+	c := redistest.Client(t)
+	prefix := fmt.Sprintf("wait-%d", time.Now().UnixNano())
+	ctx := context.Background()
+
+	t.Run("waits for the refill", func(t *testing.T) {
+		lim := newOn(t, c, TokenBucket, Limit{Rate: 1, Period: 50 * ms}, WithPrefix(prefix))
+		for i := 0; i < 3; i++ {
+			if err := lim.Wait(ctx, "jobs"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	t.Run("leaky bucket sleeps its delay", func(t *testing.T) {
+		lim := newOn(t, c, LeakyBucket, Limit{Rate: 1, Period: 30 * ms, Burst: 3}, WithPrefix(prefix))
+		for i := 0; i < 4; i++ {
+			if err := lim.Wait(ctx, "jobs"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	t.Run("a wait past the deadline fails at once", func(t *testing.T) {
+		lim := newOn(t, c, GCRA, PerHour(1), WithPrefix(prefix))
+		lim.Allow(ctx, "slow")
+		dctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		err := lim.Wait(dctx, "slow")
+		if !errors.Is(err, context.DeadlineExceeded) || dctx.Err() != nil {
+			t.Errorf("got %v (context: %v), want an immediate DeadlineExceeded", err, dctx.Err())
+		}
+	})
+	t.Run("a canceled context stops the wait", func(t *testing.T) {
+		lim := newOn(t, c, GCRA, PerHour(1), WithPrefix(prefix))
+		lim.Allow(ctx, "canceled")
+		cctx, cancel := context.WithCancel(ctx)
+		time.AfterFunc(20*ms, cancel)
+		if err := lim.Wait(cctx, "canceled"); !errors.Is(err, context.Canceled) {
+			t.Errorf("got %v, want context.Canceled", err)
+		}
+	})
+	t.Run("cost above capacity fails at once", func(t *testing.T) {
+		lim := newOn(t, c, GCRA, PerHour(1), WithPrefix(prefix))
+		if err := lim.WaitN(ctx, "k", 2); !errors.Is(err, ErrCostExceedsLimit) {
+			t.Errorf("got %v", err)
+		}
+	})
+}
+
+func TestRedisErrorsAreReturned(t *testing.T) {
+	port, err := redistest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port), MaxRetries: -1})
+	defer c.Close()
+	lim := newOn(t, c, GCRA, PerSecond(1))
+	if r, err := lim.Allow(context.Background(), "k"); err == nil || r.Allowed {
+		t.Errorf("unreachable Redis: %+v %v", r, err)
+	}
+	if err := lim.Wait(context.Background(), "k"); err == nil {
+		t.Error("Wait on an unreachable Redis returned nil")
+	}
+}
