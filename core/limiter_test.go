@@ -115,7 +115,7 @@ func TestInvalidConfigurations(t *testing.T) {
 		{"empty algorithm", []Rule{{Name: "a", Limit: PerSecond(1)}}, nil, `unknown algorithm ""`},
 		{"empty name", []Rule{{Algorithm: GCRA, Limit: PerSecond(1)}}, nil, "rule 0 has an empty name"},
 		{"duplicate names", []Rule{ok, ok}, nil, `duplicate rule name "ok"`},
-		{"too large to be exact", []Rule{{Name: "a", Algorithm: GCRA, Limit: Limit{Rate: 1<<40 + 1, Period: 24 * time.Hour + time.Microsecond}}}, nil, "too large"},
+		{"too large to be exact", []Rule{{Name: "a", Algorithm: GCRA, Limit: Limit{Rate: 1<<40 + 1, Period: 24*time.Hour + time.Microsecond}}}, nil, "too large"},
 		{"empty prefix", []Rule{ok}, []Option{WithPrefix("")}, "empty key prefix"},
 		{"prefix with a brace", []Rule{ok}, []Option{WithPrefix("a{b")}, "contains '{' or '}'"},
 	}

@@ -1,0 +1,43 @@
+# sluice: make test runs everything CI runs, on a fresh machine too.
+#
+# The tests start their own redis-server processes on free loopback ports
+# (internal/redistest) and stop them when they end; this file only makes
+# sure the binaries are there. Set REDIS_URL to use a server of your own.
+
+GO        ?= go
+FUZZTIME  ?= 30s
+REDIS_PKGS = redis-server redis-tools
+
+.PHONY: test redis vet fuzz
+
+test: redis vet
+	$(GO) test -race -count=1 ./...
+
+vet:
+	@test -z "$$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
+	$(GO) vet ./...
+
+# redis installs redis-server and redis-cli with apt-get when missing.
+redis:
+	@if command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1; then \
+		echo "redis: $$(redis-server --version | cut -d' ' -f3)"; \
+	elif command -v apt-get >/dev/null 2>&1; then \
+		echo "redis: installing $(REDIS_PKGS)"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $(REDIS_PKGS) >/dev/null && \
+		redis-server --version; \
+	else \
+		echo "redis: no redis-server and no apt-get; install Redis or set REDIS_URL"; \
+		[ "$$CI" != true ]; \
+	fi
+
+# fuzz runs every fuzz target for FUZZTIME each (go test allows one at a time).
+fuzz:
+	@for pkg in $$($(GO) list ./...); do \
+		dir=$$($(GO) list -f '{{.Dir}}' $$pkg); \
+		for f in $$(grep -ho '^func Fuzz[A-Za-z0-9_]*' $$dir/*_test.go 2>/dev/null | cut -d' ' -f2); do \
+			echo "== $$pkg $$f"; \
+			$(GO) test -run='^$$' -fuzz="^$$f$$" -fuzztime=$(FUZZTIME) $$pkg || exit 1; \
+		done; \
+	done

@@ -1,0 +1,51 @@
+// Package core decides rate limits in Redis, atomically, for many
+// application instances at once.
+//
+// A Limiter holds one or more rules (a policy). Each decision is a single
+// EVALSHA of one Lua script that reads Redis's own clock (TIME), evaluates
+// every rule of the key and, only when all of them admit, consumes from all
+// of them. Application clocks never enter a decision, so instances with
+// skewed clocks agree; concurrent callers never over-admit, because Redis
+// runs the script atomically.
+//
+// # Choosing an algorithm
+//
+// See the Algorithm constants. In short: TokenBucket or GCRA for APIs (a
+// burst, then a steady rate); LeakyBucket to smooth work to a steady pace
+// (it delays instead of rejecting); SlidingWindowLog when a limit must hold
+// exactly over every trailing window (memory grows with the rate);
+// SlidingWindowCounter for a cheap close approximation; FixedWindow for the
+// cheapest count per calendar window when twice the rate across a window
+// edge is acceptable.
+//
+// # Arithmetic
+//
+// Scripts compute in integers: time in microseconds, and for the bucket
+// algorithms levels kept in units of 1/Rate of a microsecond, so an
+// emission interval like one third of a second is exact and PerSecond(10)
+// leaves Remaining 9 after one event. Only limits whose Burst × Period (in
+// microseconds) would exceed 2^50 units fall back to millisecond ticks or are
+// rejected as ErrInvalidLimit.
+//
+// # Keys
+//
+// A rule's state lives at "<prefix>:{<user key>}:<fingerprint>:<rule index>".
+// The braces form a Redis Cluster hash tag, so all rules of one user key sit
+// in one slot and one script can touch them. User keys longer than 64 bytes,
+// empty, starting with '#' or holding '}' are stored as '#' plus a SHA-256
+// prefix, so any bytes of any length are safe. The fingerprint hashes every
+// rule's name, algorithm, rate, period and burst: limiters with different
+// rules never share state, and limiters with the same rules and prefix (the
+// many instances of one service) do. Changing a limit therefore starts its
+// counters afresh.
+//
+// Every key is written with a TTL, rounded up to whole milliseconds and never
+// 0: the time until the key would be back to its untouched state (one
+// Period for the windows, two for SlidingWindowCounter, the time to refill
+// Burst for the buckets). Redis memory per key is in the README.
+//
+// # In memory
+//
+// Local is the pure-Go twin of every script, with the same decisions at an
+// explicit time. Differential tests hold the two to the same answers.
+package core
