@@ -19,20 +19,6 @@ var ErrInvalidLimit = errors.New("sluice: invalid limit")
 // never admissible, so retrying or waiting cannot help.
 var ErrCostExceedsLimit = errors.New("sluice: cost exceeds limit")
 
-// Option configures a Limiter.
-type Option func(*options)
-
-type options struct {
-	prefix string
-}
-
-// WithPrefix sets the prefix of every Redis key the limiter writes (default
-// "sluice"). It must not contain '{' or '}', which would break the hash tag
-// that keeps a key's rules in one Redis Cluster slot.
-func WithPrefix(prefix string) Option {
-	return func(o *options) { o.prefix = prefix }
-}
-
 // Limiter decides whether events for a key are admitted, against one or more
 // rules kept in Redis. It is safe for concurrent use by many goroutines and,
 // through Redis, by many processes: limiters built with the same rules and
@@ -42,11 +28,20 @@ func WithPrefix(prefix string) Option {
 // Wait or WaitN for work that should be delayed rather than rejected, such
 // as background jobs. Peek reports the state without consuming, and Reset
 // forgets a key.
+//
+// When Redis cannot be asked, AllowN returns the error together with the
+// decision of the limiter's FailureMode (FailOpen by default); after a few
+// consecutive failures it stops asking Redis until a background probe finds
+// it answering again (see WithHealthCheck).
 type Limiter struct {
 	client redis.UniversalClient
 	rules  []compiledRule
 	prefix string
 	fp     string // fingerprint of the rules, part of every key
+	opts   options
+	health health
+	local  *Local // the twin, for FailLocal
+	batch  *batcher
 }
 
 // New returns a Limiter of one rule, named after the algorithm.
@@ -62,7 +57,7 @@ func New(client redis.UniversalClient, alg Algorithm, limit Limit, opts ...Optio
 // key and prefix. It also means that changing a limit starts its counters
 // afresh.
 func NewPolicy(client redis.UniversalClient, rules []Rule, opts ...Option) (*Limiter, error) {
-	o := options{prefix: "sluice"}
+	o := defaultOptions()
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -75,11 +70,26 @@ func NewPolicy(client redis.UniversalClient, rules []Rule, opts ...Option) (*Lim
 	if strings.ContainsAny(o.prefix, "{}") {
 		return nil, fmt.Errorf("%w: key prefix %q contains '{' or '}'", ErrInvalidLimit, o.prefix)
 	}
+	if o.failure < FailOpen || o.failure > FailLocal {
+		return nil, fmt.Errorf("%w: unknown failure mode %d", ErrInvalidLimit, o.failure)
+	}
 	compiled, err := compileRules(rules)
 	if err != nil {
 		return nil, err
 	}
-	return &Limiter{client: client, rules: compiled, prefix: o.prefix, fp: fingerprint(compiled)}, nil
+	l := &Limiter{client: client, rules: compiled, prefix: o.prefix, fp: fingerprint(compiled), opts: o, batch: newBatcher(client)}
+	l.health = health{
+		threshold:  o.failures,
+		maxBackoff: o.maxBackoff,
+		hook:       o.onHealth,
+		probe: func(ctx context.Context) error {
+			return l.batch.do(ctx, &call{kind: callPing})
+		},
+	}
+	if o.failure == FailLocal {
+		l.local = &Local{rules: compiled, keys: make(map[string][]localState)}
+	}
+	return l, nil
 }
 
 // Rules returns the limiter's rules, with Burst filled in.
@@ -91,10 +101,171 @@ func (l *Limiter) Rules() []Rule {
 	return out
 }
 
+// Health reports whether decisions currently go to Redis.
+func (l *Limiter) Health() Health {
+	if l.health.unhealthy() {
+		return Unhealthy
+	}
+	return Healthy
+}
+
 // Allow reports whether one event for key is admitted now, and consumes it
 // if so. It is AllowN(ctx, key, 1).
 func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
 	return l.AllowN(ctx, key, 1)
+}
+
+// AllowN reports whether n events for key are admitted now and, if so,
+// consumes them under every rule. When any rule denies, nothing is consumed.
+//
+// n must be positive; n larger than some rule can ever admit at once returns
+// ErrCostExceedsLimit without asking Redis.
+//
+// When Redis cannot be asked (an error, the timeout, or Redis taken for
+// unhealthy), AllowN returns the error and, with it, the FailureMode's
+// decision: Allowed for FailOpen, denied for FailClosed, the in-process
+// twin's Result for FailLocal.
+func (l *Limiter) AllowN(ctx context.Context, key string, n int) (Result, error) {
+	if err := l.checkCost("AllowN", n); err != nil {
+		return Result{}, err
+	}
+	var start time.Time
+	if l.opts.observer != nil {
+		start = time.Now()
+	}
+	res, err := l.decide(ctx, key, "1", n)
+	shadow := false
+	if l.opts.shadow && !res.Allowed && err == nil {
+		res.Allowed, res.ShadowDenied, res.RetryAfter = true, true, 0
+		shadow = true
+	}
+	if l.opts.observer != nil {
+		ev := Event{Allowed: res.Allowed, Shadow: shadow, Rule: res.Rule, KeyHash: keyHash(key), N: n, Latency: time.Since(start), Err: err}
+		switch {
+		case err != nil && l.opts.failure == FailLocal:
+			ev.Outcome = OutcomeFallback
+		case err != nil:
+			ev.Outcome = OutcomeError
+		case res.Allowed && !shadow:
+			ev.Outcome = OutcomeAllowed
+		default:
+			ev.Outcome = OutcomeDenied
+		}
+		l.opts.observer(ev)
+	}
+	return res, err
+}
+
+// Peek reports what Allow would decide for key right now, without changing
+// anything in Redis. Remaining counts the events admissible now (the peeked
+// one is not taken off); RetryAfter, when not allowed, is the time until one
+// event would be. When Redis cannot be asked, Peek returns the error (and,
+// with FailLocal, the twin's view).
+func (l *Limiter) Peek(ctx context.Context, key string) (Result, error) {
+	return l.decide(ctx, key, "0", 1)
+}
+
+// Reset forgets key under every rule, as if it had never been seen.
+func (l *Limiter) Reset(ctx context.Context, key string) error {
+	if l.local != nil {
+		l.local.Reset(key)
+	}
+	ctx, cancel := l.withTimeout(ctx)
+	defer cancel()
+	return l.batch.do(ctx, &call{kind: callDel, keys: l.keys(key)})
+}
+
+// decide asks Redis, or the failure mode when Redis cannot be asked.
+func (l *Limiter) decide(ctx context.Context, key, mode string, n int) (Result, error) {
+	if l.health.unhealthy() {
+		return l.fallback(key, mode, n, l.health.err())
+	}
+	tctx, cancel := l.withTimeout(ctx)
+	res, err := l.run(tctx, key, mode, n)
+	cancel()
+	if err == nil {
+		l.health.success()
+		return res, nil
+	}
+	// The caller giving up says nothing about Redis.
+	if ctx.Err() == nil && availability(err) {
+		l.health.failure(err)
+	}
+	return l.fallback(key, mode, n, err)
+}
+
+func (l *Limiter) fallback(key, mode string, n int, err error) (Result, error) {
+	if l.local != nil {
+		if mode == "1" {
+			res, _ := l.local.AllowN(time.Now(), key, n)
+			return res, err
+		}
+		return l.local.Peek(time.Now(), key), err
+	}
+	if mode == "0" {
+		return Result{}, err
+	}
+	r := l.rules[0]
+	return Result{Allowed: l.opts.failure == FailOpen, Limit: r.Limit, Rule: r.Name}, err
+}
+
+func (l *Limiter) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if l.opts.timeout <= 0 {
+		return ctx, func() {}
+	}
+	if d, ok := ctx.Deadline(); ok && time.Until(d) <= l.opts.timeout {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, l.opts.timeout)
+}
+
+// Wait blocks until one event for key is admitted; it is WaitN(ctx, key, 1).
+func (l *Limiter) Wait(ctx context.Context, key string) error {
+	return l.WaitN(ctx, key, 1)
+}
+
+// WaitN blocks until n events for key are admitted, then returns nil. For a
+// LeakyBucket rule it also sleeps the admitted request's Delay, so the caller
+// proceeds at its turn.
+//
+// It returns an error at once, without sleeping, when n can never be
+// admitted (ErrCostExceedsLimit) or when the wait would outlast ctx's
+// deadline (an error wrapping context.DeadlineExceeded); it returns ctx's
+// error when ctx is done while waiting. A LeakyBucket request admitted with a
+// Delay longer than the deadline has been counted, and the error says so.
+//
+// When Redis cannot be asked, WaitN returns the error rather than letting
+// work through unthrottled or blocking without end; with FailLocal it waits
+// on the in-process twin instead. In shadow mode it never waits.
+func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
+	if err := l.checkCost("WaitN", n); err != nil {
+		return err
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		res, err := l.AllowN(ctx, key, n)
+		if err != nil && (l.local == nil || ctx.Err() != nil) {
+			return err
+		}
+		wait := res.RetryAfter
+		if res.Allowed {
+			wait = res.Delay
+		}
+		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < wait {
+			if res.Allowed {
+				return fmt.Errorf("sluice: WaitN(n=%d): admitted, but its turn comes after %s, past the context deadline: %w", n, wait, context.DeadlineExceeded)
+			}
+			return fmt.Errorf("sluice: WaitN(n=%d): admission in %s would exceed the context deadline: %w", n, wait, context.DeadlineExceeded)
+		}
+		if err := sleep(ctx, wait); err != nil {
+			return err
+		}
+		if res.Allowed {
+			return nil
+		}
+	}
 }
 
 // checkCost validates n against every rule.

@@ -49,37 +49,12 @@ func (l *Limiter) args(mode string, n int) []interface{} {
 	return args
 }
 
-// AllowN reports whether n events for key are admitted now and, if so,
-// consumes them under every rule. When any rule denies, nothing is consumed.
-//
-// n must be positive; n larger than some rule can ever admit at once returns
-// ErrCostExceedsLimit without asking Redis. A Redis error is returned as is,
-// with a zero Result.
-func (l *Limiter) AllowN(ctx context.Context, key string, n int) (Result, error) {
-	if err := l.checkCost("AllowN", n); err != nil {
-		return Result{}, err
-	}
-	return l.run(ctx, key, "1", n)
-}
-
-// Peek reports what Allow would decide for key right now, without changing
-// anything in Redis. Remaining counts the events admissible now (the peeked
-// one is not taken off); RetryAfter, when not allowed, is the time until one
-// event would be.
-func (l *Limiter) Peek(ctx context.Context, key string) (Result, error) {
-	return l.run(ctx, key, "0", 1)
-}
-
-// Reset forgets key under every rule, as if it had never been seen.
-func (l *Limiter) Reset(ctx context.Context, key string) error {
-	return l.client.Del(ctx, l.keys(key)...).Err()
-}
-
 func (l *Limiter) run(ctx context.Context, key, mode string, n int) (Result, error) {
-	v, err := policyScript.Run(ctx, l.client, l.keys(key), l.args(mode, n)...).Int64Slice()
-	if err != nil {
+	c := &call{keys: l.keys(key), args: l.args(mode, n)}
+	if err := l.batch.do(ctx, c); err != nil {
 		return Result{}, err
 	}
+	v := c.res
 	if len(v) != 1+5*len(l.rules) {
 		return Result{}, fmt.Errorf("sluice: unexpected script reply of %d values", len(v))
 	}
@@ -133,49 +108,4 @@ func buildResult(rules []compiledRule, v []int64) Result {
 		res.RetryAfter = d.RetryAfter
 	}
 	return res
-}
-
-// Wait blocks until one event for key is admitted; it is WaitN(ctx, key, 1).
-func (l *Limiter) Wait(ctx context.Context, key string) error {
-	return l.WaitN(ctx, key, 1)
-}
-
-// WaitN blocks until n events for key are admitted, then returns nil. For a
-// LeakyBucket rule it also sleeps the admitted request's Delay, so the caller
-// proceeds at its turn.
-//
-// It returns an error at once, without sleeping, when n can never be
-// admitted (ErrCostExceedsLimit) or when the wait would outlast ctx's
-// deadline (an error wrapping context.DeadlineExceeded); it returns ctx's
-// error when ctx is done while waiting. A LeakyBucket request admitted with a
-// Delay longer than the deadline has been counted, and the error says so.
-func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
-	if err := l.checkCost("WaitN", n); err != nil {
-		return err
-	}
-	for {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		res, err := l.run(ctx, key, "1", n)
-		if err != nil {
-			return err
-		}
-		wait := res.RetryAfter
-		if res.Allowed {
-			wait = res.Delay
-		}
-		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < wait {
-			if res.Allowed {
-				return fmt.Errorf("sluice: WaitN(n=%d): admitted, but its turn comes after %s, past the context deadline: %w", n, wait, context.DeadlineExceeded)
-			}
-			return fmt.Errorf("sluice: WaitN(n=%d): admission in %s would exceed the context deadline: %w", n, wait, context.DeadlineExceeded)
-		}
-		if err := sleep(ctx, wait); err != nil {
-			return err
-		}
-		if res.Allowed {
-			return nil
-		}
-	}
 }

@@ -29,7 +29,10 @@ func TestRealRedisExactAdmission(t *testing.T) {
 			prefix := fmt.Sprintf("exact-%s-%d", alg, time.Now().UnixNano())
 			lims := make([]*Limiter, len(clients))
 			for i, c := range clients {
-				lims[i] = newOn(t, c, alg, PerDay(limit), WithPrefix(prefix))
+				// This test is about exactness, not latency: on a loaded
+				// machine under -race, 400 callers may queue past the
+				// default timeout.
+				lims[i] = newOn(t, c, alg, PerDay(limit), WithPrefix(prefix), WithTimeout(10*time.Second))
 			}
 			avoidWindowEdge(t, clients[0], 24*time.Hour)
 			var admitted, failed atomic.Int64
@@ -168,20 +171,4 @@ func TestWait(t *testing.T) {
 			t.Errorf("got %v", err)
 		}
 	})
-}
-
-func TestRedisErrorsAreReturned(t *testing.T) {
-	port, err := redistest.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port), MaxRetries: -1})
-	defer c.Close()
-	lim := newOn(t, c, GCRA, PerSecond(1))
-	if r, err := lim.Allow(context.Background(), "k"); err == nil || r.Allowed {
-		t.Errorf("unreachable Redis: %+v %v", r, err)
-	}
-	if err := lim.Wait(context.Background(), "k"); err == nil {
-		t.Error("Wait on an unreachable Redis returned nil")
-	}
 }

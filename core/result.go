@@ -26,7 +26,12 @@ type Result struct {
 	// Delay is how long an admitted request must wait before it proceeds.
 	// Only LeakyBucket rules set it; for the others it is 0.
 	Delay time.Duration
+	// ShadowDenied is set in shadow mode (WithShadow) when the rules would
+	// have denied the request; Allowed is then true and RetryAfter 0.
+	ShadowDenied bool
 	// Rules holds one entry per rule of the policy, in the policy's order.
+	// It is nil when Redis could not be asked and FailOpen or FailClosed
+	// decided.
 	Rules []RuleResult
 }
 

@@ -23,8 +23,11 @@ var scriptFiles = []string{
 	"policy.lua",
 }
 
-// policyScript decides a policy; see lua/policy.lua.
-var policyScript = redis.NewScript(scriptSource())
+// scriptSrc is the one script every decision runs; see lua/policy.lua.
+var scriptSrc = scriptSource()
+
+// policyScript holds its SHA-1 for EVALSHA.
+var policyScript = redis.NewScript(scriptSrc)
 
 func scriptSource() string {
 	var b strings.Builder

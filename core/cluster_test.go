@@ -1,0 +1,589 @@
+package core_test
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// TestCluster runs limiters on a real Redis Cluster of three masters with a
+// replica each, through *redis.ClusterClient. The subtests share one
+// cluster; Failover changes its topology and so runs last.
+func TestCluster(t *testing.T) {
+	start := time.Now()
+	cl := redistest.StartCluster(t)
+	t.Logf("cluster of 3 masters and 3 replicas ready in %s", time.Since(start).Round(time.Millisecond))
+	t.Run("ManyKeys", func(t *testing.T) { testClusterManyKeys(t, cl) })
+	t.Run("ExactAdmission", func(t *testing.T) { testClusterExactAdmission(t, cl) })
+	t.Run("Failover", func(t *testing.T) { testClusterFailover(t, cl) })
+}
+
+// clusterPolicy is a three-rule policy of mixed algorithms that admits
+// exactly 4 events per key in a test's lifetime: the token bucket holds 4
+// and refills one token per 86s.
+var clusterPolicy = []core.Rule{
+	{Name: "burst", Algorithm: core.TokenBucket, Limit: core.Limit{Rate: 1000, Period: 24 * time.Hour, Burst: 4}},
+	{Name: "hourly", Algorithm: core.SlidingWindowLog, Limit: core.PerHour(6)},
+	{Name: "daily", Algorithm: core.GCRA, Limit: core.PerDay(10)},
+}
+
+// testClusterManyKeys decides 200 user keys, odd ones among them, with every
+// algorithm and with a three-rule policy: each key admits exactly its limit,
+// in order, then denies; Reset works; the Redis keys of one user key share
+// one slot; the user keys spread over all three masters; every key has a
+// TTL.
+func testClusterManyKeys(t *testing.T, cl *redistest.Cluster) {
+	cc := cl.Client(t)
+	ctx := context.Background()
+	users := []string{"", "{braces}", "a}b{c", "#looks-hashed", strings.Repeat("long-", 30), "ключ ünïcode", "with:colons:and spaces"}
+	for i := len(users); i < 200; i++ {
+		users = append(users, fmt.Sprintf("user-%d", i))
+	}
+	type limiterCase struct {
+		name  string
+		rules []core.Rule
+		limit int
+	}
+	var cases []limiterCase
+	for _, alg := range core.Algorithms {
+		cases = append(cases, limiterCase{string(alg), []core.Rule{{Name: string(alg), Algorithm: alg, Limit: core.PerDay(5)}}, 5})
+	}
+	cases = append(cases, limiterCase{"policy", clusterPolicy, 4})
+	clusterAvoidDayEdge(t, cc)
+	run := time.Now().UnixNano()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			prefix := fmt.Sprintf("many-%s-%d", tc.name, run)
+			lim, err := core.NewPolicy(cc, tc.rules, core.WithPrefix(prefix))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var wg sync.WaitGroup
+			work := make(chan string)
+			for w := 0; w < 16; w++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for key := range work {
+						clusterExhaust(t, ctx, lim, key, tc.limit)
+					}
+				}()
+			}
+			for _, key := range users {
+				work <- key
+			}
+			close(work)
+			wg.Wait()
+			if t.Failed() {
+				return
+			}
+			for _, key := range users[:10] {
+				if err := lim.Reset(ctx, key); err != nil {
+					t.Fatalf("Reset(%q): %v", key, err)
+				}
+				if r, err := lim.Allow(ctx, key); err != nil || !r.Allowed || r.Remaining != tc.limit-1 {
+					t.Errorf("key %q after Reset: %+v, %v; want admitted with %d remaining", key, r, err, tc.limit-1)
+				}
+			}
+			byMaster := clusterCheckKeys(t, cl, prefix, len(users), len(tc.rules), 48*time.Hour)
+			if len(byMaster) != 3 {
+				t.Errorf("keys on %d masters, want all 3: %v", len(byMaster), byMaster)
+			}
+		})
+	}
+}
+
+// clusterExhaust asks for key limit+2 times and checks that exactly the
+// first limit calls are admitted, with Remaining counting down, and that
+// Peek then denies.
+func clusterExhaust(t *testing.T, ctx context.Context, lim *core.Limiter, key string, limit int) {
+	t.Helper()
+	for i := 1; i <= limit+2; i++ {
+		r, err := lim.Allow(ctx, key)
+		if err != nil {
+			t.Errorf("key %q call %d: %v", key, i, err)
+			return
+		}
+		if want := i <= limit; r.Allowed != want || (want && r.Remaining != limit-i) {
+			t.Errorf("key %q call %d: %+v; want allowed=%v with %d remaining", key, i, r, want, limit-i)
+			return
+		}
+	}
+	if r, err := lim.Peek(ctx, key); err != nil || r.Allowed {
+		t.Errorf("key %q: Peek after the limit: %+v, %v", key, r, err)
+	}
+}
+
+// testClusterExactAdmission runs 4 cluster clients × 100 goroutines on one
+// key with every algorithm and flushes the script cache of every master in
+// the middle of the run: exactly the limit is admitted and no call fails.
+func testClusterExactAdmission(t *testing.T, cl *redistest.Cluster) {
+	clients := make([]*redis.ClusterClient, 4)
+	for i := range clients {
+		clients[i] = cl.Client(t)
+	}
+	ctx := context.Background()
+	const limit, goroutines, attempts = 1000, 400, 5 // 2000 attempts for 1000
+	for _, alg := range core.Algorithms {
+		t.Run(string(alg), func(t *testing.T) {
+			prefix := fmt.Sprintf("exact-%s-%d", alg, time.Now().UnixNano())
+			lims := make([]*core.Limiter, len(clients))
+			for i, c := range clients {
+				var err error
+				if lims[i], err = core.New(c, alg, core.PerDay(limit), core.WithPrefix(prefix)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			clusterAvoidDayEdge(t, clients[0])
+			var admitted, failed, calls atomic.Int64
+			flushed := make(chan struct{})
+			start := time.Now()
+			var wg sync.WaitGroup
+			for g := 0; g < goroutines; g++ {
+				wg.Add(1)
+				go func(lim *core.Limiter) {
+					defer wg.Done()
+					for j := 0; j < attempts; j++ {
+						if calls.Add(1) == goroutines*attempts/3 {
+							err := clients[0].ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+								return m.ScriptFlush(ctx).Err()
+							})
+							if err != nil {
+								t.Errorf("SCRIPT FLUSH: %v", err)
+							}
+							close(flushed)
+						}
+						r, err := lim.Allow(ctx, "one-key")
+						if err != nil {
+							failed.Add(1)
+							t.Error(err)
+							return
+						}
+						if r.Allowed {
+							admitted.Add(1)
+						}
+					}
+				}(lims[g%len(lims)])
+			}
+			wg.Wait()
+			t.Logf("%d calls in %s", calls.Load(), time.Since(start).Round(time.Millisecond))
+			select {
+			case <-flushed:
+			default:
+				t.Error("the script cache was never flushed")
+			}
+			if admitted.Load() != limit || failed.Load() != 0 {
+				t.Errorf("admitted %d of %d attempts, %d errors; want exactly %d", admitted.Load(), goroutines*attempts, failed.Load(), limit)
+			}
+			bound := 24 * time.Hour
+			if alg == core.SlidingWindowCounter { // the counter also needs the next window
+				bound *= 2
+			}
+			clusterCheckKeys(t, cl, prefix, 1, 1, bound)
+		})
+	}
+}
+
+// testClusterFailover keeps goroutines deciding many keys while the master
+// owning one of them is failed over to its replica (CLUSTER FAILOVER). It
+// asserts that calls fail only between the failover's start and the first
+// success after the cluster is ready again; that no key admits more than its
+// limit across the failover, and none fewer than its limit minus its failed
+// calls (no state is lost); and that afterwards a fresh key on the promoted
+// master admits exactly its limit under every algorithm.
+func testClusterFailover(t *testing.T, cl *redistest.Cluster) {
+	ctx := context.Background()
+	cc := cl.Client(t)
+	const limit = 150 // of each load key
+	rules := []core.Rule{
+		{Name: "tokens", Algorithm: core.TokenBucket, Limit: core.PerDay(limit)},
+		{Name: "log", Algorithm: core.SlidingWindowLog, Limit: core.PerDay(limit + 20)},
+		{Name: "gcra", Algorithm: core.GCRA, Limit: core.PerDay(limit + 10)},
+	}
+	prefix := fmt.Sprintf("failover-%d", time.Now().UnixNano())
+	lim, err := core.NewPolicy(cc, rules, core.WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := make([]string, 60)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("load-%d", i)
+	}
+	slot, err := cc.ClusterKeySlot(ctx, keys[0]).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	shard, err := cl.ShardOf(ctx, int(slot))
+	if err != nil {
+		t.Fatal(err)
+	}
+	promoted := shard.Replicas[0]
+
+	load := newClusterLoad(len(keys))
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := 0; g < 24; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := g; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				k := i % len(keys)
+				began := time.Now()
+				r, err := lim.Allow(ctx, keys[k])
+				load.record(k, began, r.Allowed, err)
+			}
+		}(g)
+	}
+	defer func() { // on a failed assertion below, stop the load anyway
+		select {
+		case <-stop:
+		default:
+			close(stop)
+			wg.Wait()
+		}
+	}()
+
+	// Load before, during and after the failover.
+	if err := load.waitSuccesses(1000, time.Time{}, 20*time.Second); err != nil {
+		t.Fatalf("before the failover: %v", err)
+	}
+	admittedBefore := load.admittedTotal()
+	t0 := time.Now()
+	if err := cl.Failover(ctx, promoted); err != nil {
+		t.Fatalf("failover of %s to %s: %v", shard.Master, promoted, err)
+	}
+	ready := time.Now()
+	admittedDuring := load.admittedTotal() - admittedBefore
+	// Go on until every key has seen a denial after the failover (all
+	// exhausted, state carried over) and plenty of calls have succeeded.
+	if err := load.waitSuccesses(1000, ready, 30*time.Second); err != nil {
+		t.Fatalf("after the failover: %v", err)
+	}
+	if err := load.waitExhausted(ready, 30*time.Second); err != nil {
+		t.Fatalf("after the failover: %v", err)
+	}
+	close(stop)
+	wg.Wait()
+
+	if r, err := cl.Role(ctx, promoted); err != nil || r != "master" {
+		t.Fatalf("%s has role %q (%v) after the failover, want master", promoted, r, err)
+	}
+	// Errors only in the window from the failover's start to the first
+	// success of a call begun once the cluster was ready again.
+	firstOK := load.firstSuccessAfter(ready)
+	errs := load.errorsSnapshot()
+	var late []string
+	for _, e := range errs {
+		if e.began.After(firstOK) {
+			late = append(late, fmt.Sprintf("+%s: %v", e.began.Sub(t0).Round(time.Millisecond), e.err))
+		}
+	}
+	if len(late) > 0 {
+		t.Errorf("%d calls failed after the cluster was ready and a call had succeeded again:\n%s", len(late), strings.Join(late, "\n"))
+	}
+	t.Logf("failover of %s to %s: %s until the cluster was ready, first success %s after the start; %d admitted during it",
+		shard.Master, promoted, ready.Sub(t0).Round(time.Millisecond), firstOK.Sub(t0).Round(time.Millisecond), admittedDuring)
+	t.Logf("load: %d calls, %d succeeded, %d failed%s", load.calls.Load(), load.successes.Load(), len(errs), clusterErrorSpan(errs, t0))
+
+	for k, key := range keys {
+		a, f := load.admitted[k].Load(), load.failed[k].Load()
+		if a > limit {
+			t.Errorf("key %s admitted %d > limit %d across the failover", key, a, limit)
+		}
+		if a+f < limit {
+			t.Errorf("key %s admitted %d with %d failed calls: state of at least %d admissions lost", key, a, f, limit-a-f)
+		}
+	}
+
+	// A fresh key on the promoted master admits exactly its limit.
+	shard, err = cl.ShardOf(ctx, int(slot))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if shard.Master != promoted {
+		t.Fatalf("slot %d is served by %s, want the promoted %s", slot, shard.Master, promoted)
+	}
+	fresh := clusterKeyOn(t, cc, shard, "fresh")
+	freshPrefix := prefix + "-fresh"
+	for _, alg := range core.Algorithms {
+		t.Run("fresh-"+string(alg), func(t *testing.T) {
+			if alg == core.FixedWindow || alg == core.SlidingWindowCounter {
+				clusterAvoidDayEdge(t, cc)
+			}
+			l, err := core.New(cc, alg, core.PerDay(10), core.WithPrefix(freshPrefix))
+			if err != nil {
+				t.Fatal(err)
+			}
+			clusterExhaust(t, ctx, l, fresh, 10)
+		})
+	}
+	clusterCheckKeys(t, cl, prefix, len(keys), len(rules), 24*time.Hour)
+	if byMaster := clusterCheckKeys(t, cl, freshPrefix, 1, 1, 48*time.Hour); byMaster[promoted] == 0 {
+		t.Errorf("the fresh key's Redis keys are not on the promoted master %s: %v", promoted, byMaster)
+	}
+}
+
+// clusterLoad records the outcome of every call of a load.
+type clusterLoad struct {
+	admitted, failed []atomic.Int64 // per key
+	calls, successes atomic.Int64
+
+	mu         sync.Mutex
+	errs       []clusterCallError
+	deniedWhen [][]time.Time           // per key: when denied calls began (the latest few)
+	okTimes    []time.Time             // when successful calls began
+}
+
+type clusterCallError struct {
+	began time.Time
+	err   error
+}
+
+func newClusterLoad(keys int) *clusterLoad {
+	return &clusterLoad{
+		admitted:   make([]atomic.Int64, keys),
+		failed:     make([]atomic.Int64, keys),
+		deniedWhen: make([][]time.Time, keys),
+	}
+}
+
+func (l *clusterLoad) record(k int, began time.Time, allowed bool, err error) {
+	l.calls.Add(1)
+	if err != nil {
+		l.failed[k].Add(1)
+		l.mu.Lock()
+		l.errs = append(l.errs, clusterCallError{began, err})
+		l.mu.Unlock()
+		return
+	}
+	l.successes.Add(1)
+	if allowed {
+		l.admitted[k].Add(1)
+	}
+	l.mu.Lock()
+	l.okTimes = append(l.okTimes, began)
+	if !allowed {
+		d := append(l.deniedWhen[k], began)
+		if len(d) > 4 {
+			d = d[1:]
+		}
+		l.deniedWhen[k] = d
+	}
+	l.mu.Unlock()
+}
+
+func (l *clusterLoad) admittedTotal() int64 {
+	var n int64
+	for i := range l.admitted {
+		n += l.admitted[i].Load()
+	}
+	return n
+}
+
+// successesAfter counts the successful calls begun after mark.
+func (l *clusterLoad) successesAfter(mark time.Time) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, t := range l.okTimes {
+		if t.After(mark) {
+			n++
+		}
+	}
+	return n
+}
+
+// firstSuccessAfter returns when the first successful call begun after mark
+// began.
+func (l *clusterLoad) firstSuccessAfter(mark time.Time) time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var first time.Time
+	for _, t := range l.okTimes {
+		if t.After(mark) && (first.IsZero() || t.Before(first)) {
+			first = t
+		}
+	}
+	return first
+}
+
+func (l *clusterLoad) errorsSnapshot() []clusterCallError {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]clusterCallError(nil), l.errs...)
+}
+
+// waitSuccesses waits until n calls begun after mark have succeeded.
+func (l *clusterLoad) waitSuccesses(n int, mark time.Time, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		got := l.successesAfter(mark)
+		if got >= n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("only %d of %d calls succeeded within %s (%d calls, %d errors)", got, n, timeout, l.calls.Load(), len(l.errorsSnapshot()))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// waitExhausted waits until every key has been denied in a call begun
+// after mark.
+func (l *clusterLoad) waitExhausted(mark time.Time, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		l.mu.Lock()
+		pending := 0
+		for _, d := range l.deniedWhen {
+			if len(d) == 0 || !d[len(d)-1].After(mark) {
+				pending++
+			}
+		}
+		l.mu.Unlock()
+		if pending == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d keys not denied within %s", pending, timeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// clusterErrorSpan describes when errors happened, relative to t0.
+func clusterErrorSpan(errs []clusterCallError, t0 time.Time) string {
+	if len(errs) == 0 {
+		return ""
+	}
+	first, last := errs[0].began, errs[0].began
+	kinds := map[string]int{}
+	for _, e := range errs {
+		if e.began.Before(first) {
+			first = e.began
+		}
+		if e.began.After(last) {
+			last = e.began
+		}
+		msg := e.err.Error()
+		if len(msg) > 60 {
+			msg = msg[:60]
+		}
+		kinds[msg]++
+	}
+	var ks []string
+	for k, n := range kinds {
+		ks = append(ks, fmt.Sprintf("%dx %q", n, k))
+	}
+	sort.Strings(ks)
+	return fmt.Sprintf(", begun from +%s to +%s after the failover's start: %s",
+		first.Sub(t0).Round(time.Millisecond), last.Sub(t0).Round(time.Millisecond), strings.Join(ks, ", "))
+}
+
+// clusterKeyOn returns a user key whose hash tag falls in a slot of shard.
+func clusterKeyOn(t *testing.T, cc *redis.ClusterClient, shard redistest.Shard, base string) string {
+	t.Helper()
+	for i := 0; i < 10000; i++ {
+		key := fmt.Sprintf("%s-%d", base, i)
+		slot, err := cc.ClusterKeySlot(context.Background(), key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if shard.Owns(int(slot)) {
+			return key
+		}
+	}
+	t.Fatalf("no key for shard %v", shard)
+	return ""
+}
+
+// clusterCheckKeys finds every Redis key under prefix by SCAN on each
+// master, and checks that they belong to users user keys of rules keys
+// each, that all keys of one user key (one hash tag) share one slot
+// (CLUSTER KEYSLOT), and that every key has a TTL in (0, maxTTL]. It
+// returns the number of keys on each master.
+func clusterCheckKeys(t *testing.T, cl *redistest.Cluster, prefix string, users, rules int, maxTTL time.Duration) map[string]int {
+	t.Helper()
+	ctx := context.Background()
+	masters, err := cl.Masters(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byMaster := map[string]int{}
+	byTag := map[string][]string{}
+	for _, m := range masters {
+		node := cl.Node(m)
+		var cursor uint64
+		for {
+			keys, next, err := node.Scan(ctx, cursor, prefix+":*", 1000).Result()
+			if err != nil {
+				t.Fatalf("SCAN on %s: %v", m, err)
+			}
+			for _, k := range keys {
+				open, end := strings.IndexByte(k, '{'), strings.IndexByte(k, '}')
+				if !strings.HasPrefix(k, prefix+":{") || end < open {
+					t.Errorf("key %q has no hash tag after the prefix", k)
+					continue
+				}
+				tag := k[open+1 : end]
+				byTag[tag] = append(byTag[tag], k)
+				byMaster[m]++
+				if ttl, err := node.PTTL(ctx, k).Result(); err != nil || ttl <= 0 || ttl > maxTTL {
+					t.Errorf("key %q: TTL %s (%v), want in (0, %s]", k, ttl, err, maxTTL)
+				}
+			}
+			if cursor = next; cursor == 0 {
+				break
+			}
+		}
+	}
+	if len(byTag) != users {
+		t.Errorf("prefix %s: keys of %d user keys, want %d", prefix, len(byTag), users)
+	}
+	for tag, keys := range byTag {
+		if len(keys) != rules {
+			t.Errorf("user key %q has %d Redis keys, want %d: %v", tag, len(keys), rules, keys)
+		}
+		var first int64 = -1
+		for _, k := range keys {
+			slot, err := cl.Node(masters[0]).ClusterKeySlot(ctx, k).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if first >= 0 && slot != first {
+				t.Errorf("user key %q: keys in slots %d and %d: %v", tag, first, slot, keys)
+			}
+			first = slot
+		}
+	}
+	return byMaster
+}
+
+// clusterAvoidDayEdge waits out the last 30 seconds of a UTC day (by the
+// server's clock), so a test never straddles two daily windows.
+func clusterAvoidDayEdge(t *testing.T, c redis.UniversalClient) {
+	t.Helper()
+	now, err := c.Time(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const day = 24 * time.Hour
+	if left := day - time.Duration(now.UnixNano())%day; left < 30*time.Second {
+		t.Logf("waiting %s for the next UTC day", left.Round(time.Millisecond))
+		time.Sleep(left + 50*time.Millisecond)
+	}
+}

@@ -1,0 +1,170 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// FailureMode says how a Limiter decides when Redis cannot be asked: it is
+// unreachable, too slow for the timeout, or taken for unhealthy. In every
+// mode AllowN still returns the error, so it can be logged or counted.
+type FailureMode int
+
+const (
+	// FailOpen admits the request (Result.Allowed true). Availability comes
+	// first; the limit is not enforced during the outage.
+	FailOpen FailureMode = iota
+	// FailClosed denies the request. The limit is never exceeded, and
+	// nothing is served during the outage.
+	FailClosed
+	// FailLocal decides with the limiter's in-process twin (see Local), on
+	// this process's clock. Each instance then enforces the limit on its
+	// own: N instances admit up to N times the limit between them. When
+	// Redis is back, decisions go to Redis again; what the instances
+	// admitted locally is not carried over.
+	FailLocal
+)
+
+// String returns "fail-open", "fail-closed" or "fail-local".
+func (m FailureMode) String() string {
+	switch m {
+	case FailOpen:
+		return "fail-open"
+	case FailClosed:
+		return "fail-closed"
+	case FailLocal:
+		return "fail-local"
+	}
+	return "FailureMode(?)"
+}
+
+// Health is the state of a Limiter's Redis, as its decisions see it.
+type Health int
+
+const (
+	// Healthy: decisions go to Redis.
+	Healthy Health = iota
+	// Unhealthy: decisions are made by the FailureMode without asking
+	// Redis, while a background probe waits for Redis to answer.
+	Unhealthy
+)
+
+// String returns "healthy" or "unhealthy".
+func (h Health) String() string {
+	if h == Healthy {
+		return "healthy"
+	}
+	return "unhealthy"
+}
+
+// ErrUnavailable is returned, wrapping the last Redis error, for decisions
+// made while Redis is taken for unhealthy (see WithHealthCheck).
+var ErrUnavailable = errors.New("sluice: redis unavailable")
+
+// health is a small circuit breaker: threshold consecutive failures open it;
+// while open a single goroutine probes Redis with growing pauses and closes
+// it once Redis answers.
+type health struct {
+	threshold  int
+	maxBackoff time.Duration
+	probe      func(context.Context) error
+	hook       func(Health, error)
+
+	failures atomic.Int32
+	open     atomic.Bool
+	mu       sync.Mutex
+	lastErr  error
+}
+
+func (h *health) unhealthy() bool { return h.open.Load() }
+
+func (h *health) err() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return &unavailableError{h.lastErr}
+}
+
+type unavailableError struct{ cause error }
+
+func (e *unavailableError) Error() string {
+	return ErrUnavailable.Error() + ": " + e.cause.Error()
+}
+
+func (e *unavailableError) Unwrap() []error { return []error{ErrUnavailable, e.cause} }
+
+func (h *health) success() {
+	if h.failures.Load() != 0 {
+		h.failures.Store(0)
+	}
+}
+
+// failure counts err; the threshold-th consecutive one opens the breaker.
+func (h *health) failure(err error) {
+	if h.threshold <= 0 || int(h.failures.Add(1)) < h.threshold {
+		return
+	}
+	h.mu.Lock()
+	h.lastErr = err
+	h.mu.Unlock()
+	if h.open.CompareAndSwap(false, true) {
+		if h.hook != nil {
+			h.hook(Unhealthy, err)
+		}
+		go h.recover()
+	}
+}
+
+// recover probes until Redis answers, then closes the breaker.
+func (h *health) recover() {
+	backoff := 50 * time.Millisecond
+	for {
+		// ±25% jitter, so instances do not probe in lockstep.
+		time.Sleep(backoff*3/4 + time.Duration(rand.Int64N(int64(backoff)/2+1)))
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := h.probe(ctx)
+		cancel()
+		if err == nil {
+			h.failures.Store(0)
+			h.open.Store(false)
+			if h.hook != nil {
+				h.hook(Healthy, nil)
+			}
+			return
+		}
+		h.mu.Lock()
+		h.lastErr = err
+		h.mu.Unlock()
+		backoff = min(2*backoff, max(h.maxBackoff, 50*time.Millisecond))
+	}
+}
+
+// availability reports whether err says Redis cannot serve decisions (as
+// opposed to an error about one request, such as a key of the wrong type).
+func availability(err error) bool {
+	var ne net.Error
+	if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) {
+		return true
+	}
+	msg := err.Error()
+	for _, p := range []string{"LOADING", "READONLY", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "BUSY", "NOREPLICAS"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	// Anything that is not a reply from Redis: a closed pool, EOF, a refused
+	// connection.
+	return !isRedisReply(err)
+}
+
+func isRedisReply(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re)
+}

@@ -1,0 +1,66 @@
+package core
+
+import "time"
+
+// Outcome is what one decision came to, for observers.
+type Outcome int
+
+const (
+	// OutcomeAllowed: Redis admitted the request.
+	OutcomeAllowed Outcome = iota
+	// OutcomeDenied: Redis denied it (or, in shadow mode, would have).
+	OutcomeDenied
+	// OutcomeError: Redis could not be asked; FailOpen or FailClosed
+	// decided.
+	OutcomeError
+	// OutcomeFallback: Redis could not be asked; the in-process twin
+	// decided (FailLocal).
+	OutcomeFallback
+)
+
+// String returns "allowed", "denied", "error" or "fallback".
+func (o Outcome) String() string {
+	switch o {
+	case OutcomeAllowed:
+		return "allowed"
+	case OutcomeDenied:
+		return "denied"
+	case OutcomeError:
+		return "error"
+	case OutcomeFallback:
+		return "fallback"
+	}
+	return "Outcome(?)"
+}
+
+// Event describes one decision to an observer (see WithObserver). It holds
+// no raw key: KeyHash identifies a key without revealing it, for sampling or
+// spotting hot keys, and is the same in every process.
+type Event struct {
+	Outcome Outcome
+	// Allowed is what the caller was told (in shadow mode always true).
+	Allowed bool
+	// Shadow is set in shadow mode when the rules would have denied.
+	Shadow bool
+	// Rule is the name of the deciding rule; empty when Redis could not be
+	// asked and the failure mode was FailOpen or FailClosed.
+	Rule string
+	// KeyHash is the 64-bit FNV-1a hash of the user key.
+	KeyHash uint64
+	// N is the cost of the request.
+	N int
+	// Latency is the time the decision took, Redis round trip included.
+	Latency time.Duration
+	// Err is the Redis error, for OutcomeError and OutcomeFallback.
+	Err error
+}
+
+// keyHash is FNV-1a, 64 bits; it does not allocate.
+func keyHash(key string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(key); i++ {
+		h ^= uint64(key[i])
+		h *= 1099511628211
+	}
+	return h
+}

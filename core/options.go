@@ -1,0 +1,93 @@
+package core
+
+import "time"
+
+// Option configures a Limiter.
+type Option func(*options)
+
+type options struct {
+	prefix     string
+	timeout    time.Duration
+	failure    FailureMode
+	failures   int           // consecutive failures that make Redis unhealthy; 0 never
+	maxBackoff time.Duration // longest pause between health probes
+	onHealth   func(Health, error)
+	observer   func(Event)
+	shadow     bool
+}
+
+func defaultOptions() options {
+	return options{
+		prefix:     "sluice",
+		timeout:    defaultTimeout,
+		failure:    FailOpen,
+		failures:   3,
+		maxBackoff: time.Second,
+	}
+}
+
+// DefaultTimeout bounds each Redis call of a decision unless WithTimeout
+// says otherwise. A decision on a healthy Redis on the same network takes
+// well under a millisecond; 100ms leaves room for a busy server without
+// letting a stuck one stall requests.
+const DefaultTimeout = 100 * time.Millisecond
+
+// defaultTimeout is DefaultTimeout, raised by the tests: they run Lua on
+// miniredis under the race detector on shared machines, and assert
+// decisions, not latency.
+var defaultTimeout = DefaultTimeout
+
+// WithPrefix sets the prefix of every Redis key the limiter writes (default
+// "sluice"). It must not contain '{' or '}', which would break the hash tag
+// that keeps a key's rules in one Redis Cluster slot.
+func WithPrefix(prefix string) Option {
+	return func(o *options) { o.prefix = prefix }
+}
+
+// WithTimeout bounds each Redis call of a decision (default DefaultTimeout);
+// the caller's context can only shorten it. A call that runs out of time is
+// a failure, decided by the FailureMode. Zero or negative means no bound of
+// the limiter's own: only the context and the client's timeouts apply.
+func WithTimeout(d time.Duration) Option {
+	return func(o *options) { o.timeout = d }
+}
+
+// WithFailureMode says how to decide when Redis cannot be asked (default
+// FailOpen).
+func WithFailureMode(m FailureMode) Option {
+	return func(o *options) { o.failure = m }
+}
+
+// WithHealthCheck sets when Redis is taken for unhealthy: after failures
+// consecutive failed decisions (default 3). While unhealthy the limiter
+// stops sending decisions to Redis, decides them by its FailureMode at once,
+// and probes Redis in the background, with pauses growing from 50ms up to
+// maxBackoff (default 1s), until it answers. failures 0 turns this off:
+// every decision then tries Redis.
+func WithHealthCheck(failures int, maxBackoff time.Duration) Option {
+	return func(o *options) { o.failures, o.maxBackoff = failures, maxBackoff }
+}
+
+// WithHealthHook calls fn on every change of Redis health, with the error
+// that made it unhealthy (nil when it recovers). fn runs on the goroutine
+// that noticed the change and must not block.
+func WithHealthHook(fn func(Health, error)) Option {
+	return func(o *options) { o.onHealth = fn }
+}
+
+// WithObserver calls fn after every AllowN (and so every attempt of WaitN)
+// with what was decided and how long it took; see Event. fn runs on the
+// caller's goroutine and must be cheap. Without an observer, nothing is
+// measured or built.
+func WithObserver(fn func(Event)) Option {
+	return func(o *options) { o.observer = fn }
+}
+
+// WithShadow makes the limiter decide, count and report, but never deny: a
+// request the rules would deny is admitted (Allowed true) and marked with
+// Result.ShadowDenied, and observers see it as denied with Event.Shadow.
+// Use it to roll out a new limit and watch what it would do. Admitted
+// requests consume as usual, so the counts are the real ones.
+func WithShadow() Option {
+	return func(o *options) { o.shadow = true }
+}

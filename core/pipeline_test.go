@@ -1,0 +1,98 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// Concurrent callers share pipelines; each must get its own answer.
+func TestBatchedResultsReachTheirCallers(t *testing.T) {
+	c := redistest.Client(t)
+	prefix := fmt.Sprintf("route-%d", time.Now().UnixNano())
+	lim := newOn(t, c, TokenBucket, PerHour(200), WithPrefix(prefix))
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for round := 0; round < 3; round++ {
+		for i := 1; i <= 200; i++ {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				// A key and a cost of its own: the answer tells whose it is.
+				key := fmt.Sprintf("caller-%d-%d", round, i)
+				r, err := lim.AllowN(ctx, key, i)
+				if err != nil || !r.Allowed || r.Remaining != 200-i {
+					t.Errorf("%s cost %d: %+v %v", key, i, r, err)
+				}
+			}(i)
+		}
+		wg.Wait()
+	}
+}
+
+// One call's error, inside a batch, fails that call only.
+func TestBatchedErrorsArePerCall(t *testing.T) {
+	c := redistest.Client(t)
+	prefix := fmt.Sprintf("errs-%d", time.Now().UnixNano())
+	lim := newOn(t, c, TokenBucket, PerHour(10), WithPrefix(prefix))
+	ctx := context.Background()
+	// A string where the token bucket keeps a hash: WRONGTYPE for that key.
+	if err := c.Set(ctx, lim.keys("poisoned")[0], "x", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	failed := map[string]int{}
+	for i := 0; i < 300; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			key := fmt.Sprintf("k%d", i%10)
+			if i%10 == 0 {
+				key = "poisoned"
+			}
+			if _, err := lim.Allow(ctx, key); err != nil {
+				mu.Lock()
+				failed[key]++
+				mu.Unlock()
+				if !strings.Contains(err.Error(), "WRONGTYPE") {
+					t.Errorf("%s: %v", key, err)
+				}
+			}
+		}(i)
+	}
+	wg.Wait()
+	if len(failed) != 1 || failed["poisoned"] != 30 {
+		t.Errorf("failures by key: %v; want only the 30 calls on the poisoned key", failed)
+	}
+	if lim.Health() != Healthy {
+		t.Error("an error about one key made Redis unhealthy")
+	}
+}
+
+// A caller that gave up before its batch was sent is not sent at all.
+func TestAbandonedCallsAreNotSent(t *testing.T) {
+	c := redistest.Client(t)
+	b := newBatcher(c)
+	b.flushers = 0 // nothing flushes until we say so
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	key := fmt.Sprintf("abandoned-%d", time.Now().UnixNano())
+	lim := newOn(t, c, GCRA, PerMinute(1))
+	err := b.do(ctx, &call{keys: []string{key}, args: lim.args("1", 1)})
+	if err != context.Canceled {
+		t.Fatalf("got %v", err)
+	}
+	b.flushers = 1
+	done := make(chan struct{})
+	go func() { b.do(context.Background(), &call{kind: callPing}); close(done) }()
+	<-done
+	if n := c.Exists(context.Background(), key).Val(); n != 0 {
+		t.Error("an abandoned call was executed")
+	}
+}
