@@ -1,0 +1,182 @@
+package keyfunc
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"reflect"
+	"strconv"
+	"strings"
+)
+
+// Header returns the Func keying a request by the value of a header, such as
+// an API key: "hdr:x-api-key:<value>". The header name (lowercased) is part
+// of the key, so Header("X-API-Key") and Header("X-Tenant") never share
+// keys. Only the first line of the header is read, as http.Header.Get does,
+// so the key is the value an authentication middleware checks.
+//
+// A client chooses the value of any header it sends: a fresh value is a
+// fresh key, with its own fresh budget. Key by a header only when the value
+// is verified (an API key checked by the service, ideally before limiting;
+// then User is often the better key), or combine it with FirstOf so that
+// anonymous requests are limited by client IP:
+//
+//	keyfunc.FirstOf(keyfunc.Header("X-API-Key"), keyfunc.RemoteIP())
+//
+// The value is always hashed: "hdr#x-api-key:" followed by 32 hex digits of
+// its SHA-256. Header values are often secrets, and a key name in Redis is
+// visible to anyone who can list the keys; hashing also bounds the key, so a
+// 1 MB header makes a 46-byte key. An absent or empty header is an ErrNoKey.
+// Header panics on an empty or invalid header name.
+func Header(name string) Func {
+	key := canonicalHeader("Header", name)
+	qualifier := strings.ToLower(key) + ":"
+	errMissing := &KeyError{Source: key, Err: ErrNoKey}
+	return func(r *http.Request) (string, error) {
+		var v string
+		if lines := r.Header[key]; len(lines) > 0 {
+			v = trimOWS(lines[0])
+		}
+		if v == "" {
+			return "", errMissing
+		}
+		return hashedKey("hdr", qualifier, v), nil
+	}
+}
+
+// userKey is the context key of WithUser.
+type userKey struct{}
+
+// WithUser returns a copy of ctx that carries the authenticated user id, for
+// User to find. Call it in the authentication middleware that runs before
+// the rate limiter:
+//
+//	r = r.WithContext(keyfunc.WithUser(r.Context(), session.UserID))
+func WithUser(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, userKey{}, id)
+}
+
+// UserFromContext returns the user id stored by WithUser, and whether there
+// is a non-empty one.
+func UserFromContext(ctx context.Context) (string, bool) {
+	id, _ := ctx.Value(userKey{}).(string)
+	return id, id != ""
+}
+
+var errNoUser = &KeyError{Source: "context", Err: detail(ErrNoKey, "no user (keyfunc.WithUser)")}
+
+// User returns the Func keying a request by the authenticated user that an
+// earlier middleware stored with WithUser: "user:<id>" (ids longer than 64
+// bytes or with non-printable bytes are hashed: "user#<32 hex digits>").
+// Because the id comes from the service's own authentication, a client
+// cannot forge it. A request without a user is an ErrNoKey, so
+//
+//	keyfunc.FirstOf(keyfunc.User(), keyfunc.RemoteIP())
+//
+// limits signed-in users by account and everyone else by address. The
+// limiter must run after the authentication middleware. When that middleware
+// stores the user under its own context key, use ContextValue.
+func User() Func {
+	return func(r *http.Request) (string, error) {
+		id, ok := UserFromContext(r.Context())
+		if !ok {
+			return "", errNoUser
+		}
+		return valueKey("user", "", id), nil
+	}
+}
+
+// ContextValue returns the Func keying a request by the value stored in its
+// context under key, for authentication middleware that keeps the user (or
+// tenant, or session) under its own key: "ctx:<value>", hashed as
+// "ctx#<32 hex digits>" when longer than 64 bytes or not printable ASCII.
+//
+// The value may be a string, any integer type or a fmt.Stringer; a missing
+// (nil) value or an empty string is an ErrNoKey, any other type an error
+// that names it. Keys of different ContextValue Funcs share the "ctx:"
+// prefix; Join a distinguishing Func if one limiter mixes them. ContextValue
+// panics if key is nil or not comparable, as context.WithValue does.
+func ContextValue(key any) Func {
+	if key == nil {
+		panic("keyfunc: ContextValue: nil key")
+	}
+	if !reflect.TypeOf(key).Comparable() {
+		panic(fmt.Sprintf("keyfunc: ContextValue: key of type %T is not comparable", key))
+	}
+	errMissing := &KeyError{Source: "context", Err: detail(ErrNoKey, "no value under context key %#v", key)}
+	return func(r *http.Request) (string, error) {
+		var s string
+		switch v := r.Context().Value(key).(type) {
+		case nil:
+			return "", errMissing
+		case string:
+			s = v
+		case int:
+			s = strconv.FormatInt(int64(v), 10)
+		case int8:
+			s = strconv.FormatInt(int64(v), 10)
+		case int16:
+			s = strconv.FormatInt(int64(v), 10)
+		case int32:
+			s = strconv.FormatInt(int64(v), 10)
+		case int64:
+			s = strconv.FormatInt(v, 10)
+		case uint:
+			s = strconv.FormatUint(uint64(v), 10)
+		case uint8:
+			s = strconv.FormatUint(uint64(v), 10)
+		case uint16:
+			s = strconv.FormatUint(uint64(v), 10)
+		case uint32:
+			s = strconv.FormatUint(uint64(v), 10)
+		case uint64:
+			s = strconv.FormatUint(v, 10)
+		case fmt.Stringer:
+			s = v.String()
+		default:
+			return "", &KeyError{Source: "context", Err: fmt.Errorf(
+				"keyfunc: value of type %T under context key %#v is not a string, an integer or a fmt.Stringer", v, key)}
+		}
+		if s == "" {
+			return "", errMissing
+		}
+		return valueKey("ctx", "", s), nil
+	}
+}
+
+var errNoRoute = &KeyError{Source: "route", Err: detail(ErrNoKey, "request has no route pattern")}
+
+// Route returns the Func keying a request by the http.ServeMux pattern that
+// matched it (r.Pattern, such as "GET /reports/{id}"): "route:GET
+// /reports/{id}". On its own it limits every client of a route together,
+// which protects an expensive endpoint as a whole; joined with a client key
+// it limits each client per route:
+//
+//	keyfunc.Join(keyfunc.RemoteIP(), keyfunc.Route())
+//
+// The pattern is only known once ServeMux has routed the request, so wrap
+// the handlers registered on the mux, not the mux itself; a request without
+// a pattern is an ErrNoKey. Router adapters (chi, gin, echo) provide route
+// keys of their own; for any other router, see RouteFrom.
+func Route() Func {
+	return RouteFrom(func(r *http.Request) string { return r.Pattern })
+}
+
+// RouteFrom returns the Func keying a request by the route pattern that
+// pattern extracts, for routers other than http.ServeMux: "route:<pattern>",
+// hashed as "route#<32 hex digits>" when longer than 64 bytes or not
+// printable ASCII. The extractor must return the pattern ("/users/{id}"),
+// never the raw path: every distinct path would be a key of its own. An
+// empty pattern is an ErrNoKey. RouteFrom panics if pattern is nil.
+func RouteFrom(pattern func(*http.Request) string) Func {
+	if pattern == nil {
+		panic("keyfunc: RouteFrom: nil pattern extractor")
+	}
+	return func(r *http.Request) (string, error) {
+		p := pattern(r)
+		if p == "" {
+			return "", errNoRoute
+		}
+		return valueKey("route", "", p), nil
+	}
+}

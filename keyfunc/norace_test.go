@@ -1,0 +1,5 @@
+//go:build !race
+
+package keyfunc
+
+const raceEnabled = false
