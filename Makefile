@@ -8,7 +8,7 @@ GO        ?= go
 FUZZTIME  ?= 30s
 REDIS_PKGS = redis-server redis-tools
 
-.PHONY: test redis vet fuzz
+.PHONY: test redis vet fuzz bench
 
 test: redis vet
 	$(GO) test -race -count=1 ./...
@@ -32,12 +32,30 @@ redis:
 		[ "$$CI" != true ]; \
 	fi
 
-# fuzz runs every fuzz target for FUZZTIME each (go test allows one at a time).
+# fuzz runs every fuzz target for FUZZTIME each (go test allows one at a
+# time); minimizing a new input is capped so short runs still fuzz. The
+# committed corpora under testdata/fuzz also run in make test.
 fuzz:
 	@for pkg in $$($(GO) list ./...); do \
 		dir=$$($(GO) list -f '{{.Dir}}' $$pkg); \
 		for f in $$(grep -ho '^func Fuzz[A-Za-z0-9_]*' $$dir/*_test.go 2>/dev/null | cut -d' ' -f2); do \
 			echo "== $$pkg $$f"; \
-			$(GO) test -run='^$$' -fuzz="^$$f$$" -fuzztime=$(FUZZTIME) $$pkg || exit 1; \
+			$(GO) test -run='^$$' -fuzz="^$$f$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=5s $$pkg || exit 1; \
 		done; \
 	done
+
+# bench compares sluice with redis_rate, ulule/limiter and throttled (bench/,
+# a module of its own) on a redis-server and Redis Clusters that the
+# benchmarks start themselves (about 5 minutes on 2 cores). It prints the
+# tables and ratios and writes bench/results.txt, bench/chart.svg and the
+# results section of BENCHMARKS.md. BENCH_QUICK=1 runs only sluice GCRA,
+# redis_rate and ulule at c=1 and c=64, 1s each; BENCH=<regexp> and
+# BENCHTIME=<duration> choose other runs. Those only print, into
+# bench/results-quick.txt.
+bench: redis
+	cd bench && $(GO) test -run '$(if $(BENCH_QUICK)$(BENCH),^$$,^TestMemoryPerKey$$)' \
+		-bench '$(or $(BENCH),$(if $(BENCH_QUICK),^BenchmarkAllow$$/^(sluice_gcra|redis_rate|ulule)$$/^c=(1|64)$$,.))' \
+		-benchtime $(or $(BENCHTIME),$(if $(BENCH_QUICK),1s,2s)) -timeout 30m . 2>&1 \
+		| tee $(if $(BENCH_QUICK)$(BENCH),results-quick.txt,results.txt)
+	cd bench && $(GO) run ./cmd/report -in $(if $(BENCH_QUICK)$(BENCH),results-quick.txt,results.txt) \
+		$(if $(BENCH_QUICK)$(BENCH),,-svg chart.svg -md ../BENCHMARKS.md)
