@@ -27,6 +27,7 @@ type table struct {
 	alg   Algorithm
 	limit Limit
 	steps []step
+	opts  []Option
 }
 
 const (
@@ -39,69 +40,76 @@ var tables = []table{
 		{0, 1, true, 2, 0, 0}, {0, 1, true, 1, 0, 0}, {0, 1, true, 0, 0, 0},
 		{0, 1, false, 0, s, 0}, {999999 * time.Microsecond, 1, false, 0, time.Microsecond, 0},
 		{s, 1, true, 2, 0, 0},
-	}},
+	}, nil},
 	{"fixed window: 2×rate across the window edge (documented weakness)", FixedWindow, PerSecond(3), []step{
 		{999 * ms, 3, true, 0, 0, 0}, {s, 3, true, 0, 0, 0}, {s, 1, false, 0, s, 0},
-	}},
+	}, nil},
 	{"fixed window: 5 per 500ms", FixedWindow, Limit{Rate: 5, Period: 500 * ms}, []step{
 		{0, 5, true, 0, 0, 0}, {100 * ms, 1, false, 0, 400 * ms, 0}, {500 * ms, 1, true, 4, 0, 0},
-	}},
+	}, nil},
 	{"fixed window: 3 per hour", FixedWindow, PerHour(3), []step{
 		{0, 1, true, 2, 0, 0}, {20 * time.Minute, 2, true, 0, 0, 0},
 		{30 * time.Minute, 1, false, 0, 30 * time.Minute, 0}, {time.Hour, 1, true, 2, 0, 0},
-	}},
+	}, nil},
 	{"sliding log: each event leaves one period after it", SlidingWindowLog, PerSecond(3), []step{
 		{0, 1, true, 2, 0, 0}, {100 * ms, 1, true, 1, 0, 0}, {200 * ms, 1, true, 0, 0, 0},
 		{300 * ms, 1, false, 0, 700 * ms, 0}, {300 * ms, 0, false, 0, 700 * ms, 0},
 		{s, 1, true, 0, 0, 0}, {1050 * ms, 1, false, 0, 50 * ms, 0},
 		{1050 * ms, 2, false, 0, 150 * ms, 0}, {1200 * ms, 2, true, 0, 0, 0},
-	}},
+	}, nil},
 	{"sliding log: 5 per 500ms", SlidingWindowLog, Limit{Rate: 5, Period: 500 * ms}, []step{
 		{0, 5, true, 0, 0, 0}, {499 * ms, 1, false, 0, ms, 0}, {500 * ms, 1, true, 4, 0, 0},
-	}},
+	}, nil},
 	{"sliding counter: the previous window weighs by overlap", SlidingWindowCounter, PerSecond(10), []step{
 		{0, 10, true, 0, 0, 0}, {500 * ms, 1, false, 0, 600 * ms, 0},
 		{1500 * ms, 0, true, 5, 0, 0}, {1500 * ms, 1, true, 4, 0, 0},
 		{1500 * ms, 5, false, 4, 100 * ms, 0}, {1600 * ms, 5, true, 0, 0, 0},
-	}},
+	}, nil},
 	{"sliding counter: 5 per 500ms", SlidingWindowCounter, Limit{Rate: 5, Period: 500 * ms}, []step{
 		{0, 5, true, 0, 0, 0}, {0, 1, false, 0, 600 * ms, 0}, {600 * ms, 1, true, 0, 0, 0},
-	}},
+	}, nil},
 	{"token bucket: burst, then one per interval", TokenBucket, PerSecond(10), []step{
 		{0, 1, true, 9, 0, 0}, {0, 9, true, 0, 0, 0}, {0, 1, false, 0, 100 * ms, 0},
 		{50 * ms, 1, false, 0, 50 * ms, 0}, {100 * ms, 1, true, 0, 0, 0},
 		{100 * ms, 0, false, 0, 100 * ms, 0}, {1100 * ms, 0, true, 10, 0, 0},
-	}},
+	}, nil},
 	{"token bucket: burst above rate", TokenBucket, Limit{Rate: 1, Period: s, Burst: 5}, []step{
 		{0, 5, true, 0, 0, 0}, {0, 1, false, 0, s, 0}, {2500 * ms, 3, false, 2, 500 * ms, 0},
 		{3 * s, 3, true, 0, 0, 0},
-	}},
+	}, nil},
 	{"token bucket: 5 per 500ms", TokenBucket, Limit{Rate: 5, Period: 500 * ms}, []step{
 		{0, 5, true, 0, 0, 0}, {0, 1, false, 0, 100 * ms, 0}, {100 * ms, 1, true, 0, 0, 0},
-	}},
+	}, nil},
 	{"token bucket: cost n", TokenBucket, PerMinute(10), []step{
 		{0, 4, true, 6, 0, 0}, {0, 7, false, 6, 6 * s, 0}, {6 * s, 7, true, 0, 0, 0},
-	}},
+	}, nil},
 	{"token bucket: 3 per second is exact (1/3 s intervals)", TokenBucket, PerSecond(3), []step{
 		{0, 3, true, 0, 0, 0}, {333333 * time.Microsecond, 1, false, 0, time.Microsecond, 0},
 		{333334 * time.Microsecond, 1, true, 0, 0, 0}, {s, 2, true, 0, 0, 0},
-	}},
+	}, nil},
 	{"gcra: 3 per hour", GCRA, PerHour(3), []step{
 		{0, 1, true, 2, 0, 0}, {0, 2, true, 0, 0, 0}, {0, 1, false, 0, 20 * time.Minute, 0},
 		{20 * time.Minute, 1, true, 0, 0, 0}, {25 * time.Minute, 1, false, 0, 15 * time.Minute, 0},
 		{3 * time.Hour, 0, true, 3, 0, 0},
-	}},
+	}, nil},
 	{"gcra: 5 per 500ms", GCRA, Limit{Rate: 5, Period: 500 * ms}, []step{
 		{0, 5, true, 0, 0, 0}, {50 * ms, 1, false, 0, 50 * ms, 0}, {100 * ms, 1, true, 0, 0, 0},
-	}},
+	}, nil},
 	{"leaky bucket: admitted requests wait their turn", LeakyBucket, PerSecond(10), []step{
 		{0, 1, true, 9, 0, 0}, {0, 1, true, 8, 0, 100 * ms}, {0, 1, true, 7, 0, 200 * ms},
 		{0, 7, true, 0, 0, 300 * ms}, {0, 1, false, 0, 100 * ms, 0},
 		{100 * ms, 1, true, 0, 0, 900 * ms}, {2 * s, 1, true, 9, 0, 0},
-	}},
+	}, nil},
+	{"leaky bucket: a delay past the bound is denied and consumes nothing", LeakyBucket, PerSecond(10), []step{
+		{0, 1, true, 2, 0, 0}, {0, 1, true, 1, 0, 100 * ms}, {0, 1, true, 0, 0, 200 * ms},
+		// a fourth would wait 300ms: denied until the wait is 250ms, and not
+		// queued, so the answer stays the same
+		{0, 1, false, 0, 50 * ms, 0}, {0, 1, false, 0, 50 * ms, 0},
+		{100 * ms, 1, true, 0, 0, 200 * ms}, {150 * ms, 0, true, 1, 0, 250 * ms},
+	}, []Option{WithMaxDelay(250 * ms)}},
 	{"leaky bucket: 3 per hour", LeakyBucket, PerHour(3), []step{
 		{0, 1, true, 2, 0, 0}, {0, 1, true, 1, 0, 20 * time.Minute}, {10 * time.Minute, 1, true, 0, 0, 30 * time.Minute},
-	}},
+	}, nil},
 }
 
 // runTable runs a table through the Redis script (on miniredis, with its
@@ -110,11 +118,11 @@ func runTable(t *testing.T, tb table) {
 	rules := []Rule{{Name: "r", Algorithm: tb.alg, Limit: tb.limit}}
 	clk, client := newClock(t)
 	clk.advance(day0.Sub(clk.now))
-	lim, err := NewPolicy(client, rules)
+	lim, err := NewPolicy(client, rules, tb.opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	twin, _ := NewLocal(rules)
+	twin, _ := NewLocal(rules, tb.opts...)
 	ctx := context.Background()
 	for i, st := range tb.steps {
 		clk.advance(day0.Add(st.at).Sub(clk.now))

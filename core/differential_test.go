@@ -85,8 +85,13 @@ func TestTwinMatchesScripts(t *testing.T) {
 			}
 			rules = append(rules, Rule{Name: fmt.Sprintf("r%d", i), Algorithm: alg, Limit: randomLimit(rng, alg)})
 		}
+		var opts []Option
+		if rng.Intn(3) == 0 { // bound LeakyBucket delays, at the scale of the first rule
+			l := rules[0].Limit
+			opts = append(opts, WithMaxDelay(time.Duration(rng.Int63n(int64(2*l.Period)+1))))
+		}
 		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) {
-			compareTwin(t, rng, rules, steps, stats)
+			compareTwin(t, rng, rules, opts, steps, stats)
 		})
 	}
 	// The comparison means little unless both outcomes were exercised.
@@ -97,13 +102,13 @@ func TestTwinMatchesScripts(t *testing.T) {
 	}
 }
 
-func compareTwin(t *testing.T, rng *rand.Rand, rules []Rule, steps int, stats map[Algorithm]int) {
+func compareTwin(t *testing.T, rng *rand.Rand, rules []Rule, opts []Option, steps int, stats map[Algorithm]int) {
 	clk, client := newClock(t)
-	lim, err := NewPolicy(client, rules)
+	lim, err := NewPolicy(client, rules, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	twin, err := NewLocal(rules)
+	twin, err := NewLocal(rules, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

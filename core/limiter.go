@@ -73,9 +73,17 @@ func NewPolicy(client redis.UniversalClient, rules []Rule, opts ...Option) (*Lim
 	if o.failure < FailOpen || o.failure > FailLocal {
 		return nil, fmt.Errorf("%w: unknown failure mode %d", ErrInvalidLimit, o.failure)
 	}
+	if o.maxDelay < -1 {
+		return nil, fmt.Errorf("%w: negative max delay", ErrInvalidLimit)
+	}
 	compiled, err := compileRules(rules)
 	if err != nil {
 		return nil, err
+	}
+	if o.maxDelay >= 0 {
+		for i := range compiled {
+			compiled[i].withMaxDelay(o.maxDelay)
+		}
 	}
 	l := &Limiter{client: client, rules: compiled, prefix: o.prefix, fp: fingerprint(compiled), opts: o, batch: newBatcher(client)}
 	l.health = health{
@@ -187,8 +195,9 @@ func (l *Limiter) decide(ctx context.Context, key, mode string, n int) (Result, 
 		l.health.success()
 		return res, nil
 	}
-	// The caller giving up says nothing about Redis.
-	if ctx.Err() == nil && availability(err) {
+	// A caller canceling says nothing about Redis; a deadline running out,
+	// the limiter's or the caller's, does.
+	if !errors.Is(ctx.Err(), context.Canceled) && availability(err) {
 		l.health.failure(err)
 	}
 	return l.fallback(key, mode, n, err)

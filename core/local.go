@@ -37,15 +37,29 @@ type localState struct {
 type decision struct {
 	ok                                           bool
 	avail, retry, resetBefore, resetAfter, delay int64
+	after                                        int64      // unit events admissible once consumed, when ok
 	next                                         localState // the state once consumed, when ok
 }
 
 // NewLocal returns the in-memory twin of a Limiter built with these rules.
-// It validates them exactly like NewPolicy.
-func NewLocal(rules []Rule) (*Local, error) {
+// It validates them exactly like NewPolicy. Of the options, only those that
+// change decisions (WithMaxDelay) matter; the others are ignored.
+func NewLocal(rules []Rule, opts ...Option) (*Local, error) {
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.maxDelay < -1 {
+		return nil, fmt.Errorf("%w: negative max delay", ErrInvalidLimit)
+	}
 	compiled, err := compileRules(rules)
 	if err != nil {
 		return nil, err
+	}
+	if o.maxDelay >= 0 {
+		for i := range compiled {
+			compiled[i].withMaxDelay(o.maxDelay)
+		}
 	}
 	return &Local{rules: compiled, keys: make(map[string][]localState)}, nil
 }
@@ -121,7 +135,7 @@ func (l *Local) decide(now time.Time, key string, consume bool, n int) []int64 {
 				ms = 1
 			}
 			states[i].expires = nowMicros + ms*1000
-			out[k+1] = ds[i].avail - int64(n)
+			out[k+1] = ds[i].after
 			out[k+3] = ds[i].resetAfter * r.tick
 		}
 		l.keys[key] = states
@@ -180,7 +194,7 @@ func (r *compiledRule) decide(s *localState, now, n int64) decision {
 	case SlidingWindowCounter:
 		return slidingWindowCounter(s, now, int64(r.Limit.Rate), r.periodTicks, n)
 	case LeakyBucket:
-		return leakyBucket(s, now, r.rateUnits, r.eventUnits, r.capUnits, n)
+		return leakyBucket(s, now, r.rateUnits, r.eventUnits, r.capUnits, r.maxDelay, n)
 	case TokenBucket:
 		return tokenBucket(s, now, r.rateUnits, r.eventUnits, r.capUnits, n)
 	default:
@@ -202,7 +216,7 @@ func fixedWindow(s *localState, now, rate, period, n int64) decision {
 		d.retry = left
 		return d
 	}
-	d.ok, d.resetAfter = true, left
+	d.ok, d.resetAfter, d.after = true, left, d.avail-n
 	d.next = localState{w: w, c: c + n}
 	return d
 }
@@ -223,7 +237,7 @@ func slidingWindowLog(s *localState, now, rate, period, n int64) decision {
 		d.retry = live[c+n-rate-1] + period - now
 		return d
 	}
-	d.ok, d.resetAfter = true, period
+	d.ok, d.resetAfter, d.after = true, period, d.avail-n
 	if d.resetBefore > period {
 		d.resetAfter = d.resetBefore
 	}
@@ -268,12 +282,12 @@ func slidingWindowCounter(s *localState, now, rate, period, n int64) decision {
 		}
 		return d
 	}
-	d.ok, d.resetAfter = true, 2*period-e
+	d.ok, d.resetAfter, d.after = true, 2*period-e, d.avail-n
 	d.next = localState{w: w, p: p, c: c + n}
 	return d
 }
 
-func leakyBucket(s *localState, now, rate, event, capacity, n int64) decision {
+func leakyBucket(s *localState, now, rate, event, capacity, maxDelay, n int64) decision {
 	var level int64
 	if s.present {
 		now = max(now, s.t)
@@ -284,14 +298,34 @@ func leakyBucket(s *localState, now, rate, event, capacity, n int64) decision {
 			level -= elapsed * rate
 		}
 	}
+	admissible := func(l int64) int64 {
+		count := (capacity - l) / event
+		if maxDelay >= 0 {
+			var byDelay int64
+			if bound := maxDelay * rate; l <= bound {
+				byDelay = (bound-l)/event + 1
+			}
+			count = min(count, byDelay)
+		}
+		return count
+	}
 	need := n * event
-	d := decision{avail: (capacity - level) / event, resetBefore: ceilDiv(level, rate)}
-	if level+need > capacity {
-		d.retry = ceilDiv(level+need-capacity, rate)
+	wait := ceilDiv(level, rate)
+	d := decision{avail: admissible(level), resetBefore: wait}
+	overCap := level+need > capacity
+	overDelay := maxDelay >= 0 && wait > maxDelay
+	if overCap || overDelay {
+		if overCap {
+			d.retry = ceilDiv(level+need-capacity, rate)
+		}
+		if overDelay {
+			d.retry = max(d.retry, wait-maxDelay)
+		}
 		return d
 	}
-	d.ok, d.delay = true, d.resetBefore
+	d.ok, d.delay = true, wait
 	d.resetAfter = ceilDiv(level+need, rate)
+	d.after = admissible(level + need)
 	d.next = localState{t: now, v: level + need}
 	return d
 }
@@ -313,7 +347,7 @@ func tokenBucket(s *localState, now, rate, event, capacity, n int64) decision {
 		d.retry = ceilDiv(need-tokens, rate)
 		return d
 	}
-	d.ok = true
+	d.ok, d.after = true, d.avail-n
 	d.resetAfter = ceilDiv(capacity-(tokens-need), rate)
 	d.next = localState{t: now, v: tokens - need}
 	return d
@@ -335,7 +369,7 @@ func gcra(s *localState, now, rate, event, capacity, n int64) decision {
 		return d
 	}
 	after := debt + need
-	d.ok = true
+	d.ok, d.after = true, d.avail-n
 	d.resetAfter = ceilDiv(after, rate)
 	d.next = localState{t: now + after/rate, v: after % rate}
 	return d

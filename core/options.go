@@ -14,6 +14,7 @@ type options struct {
 	onHealth   func(Health, error)
 	observer   func(Event)
 	shadow     bool
+	maxDelay   time.Duration // LeakyBucket; negative: no bound
 }
 
 func defaultOptions() options {
@@ -23,6 +24,7 @@ func defaultOptions() options {
 		failure:    FailOpen,
 		failures:   3,
 		maxBackoff: time.Second,
+		maxDelay:   -1,
 	}
 }
 
@@ -90,4 +92,20 @@ func WithObserver(fn func(Event)) Option {
 // requests consume as usual, so the counts are the real ones.
 func WithShadow() Option {
 	return func(o *options) { o.shadow = true }
+}
+
+// WithMaxDelay bounds the Delay of LeakyBucket rules: a request that would
+// have to wait longer than d for the requests ahead of it is denied, and
+// like every denial consumes nothing, so the queue never fills with
+// requests that will not be served. RetryAfter then says when the wait
+// will be short enough. Without it, the wait is bounded only by Burst
+// (up to about Burst/Rate × Period). d must not be negative; 0 admits only
+// requests that need not wait at all.
+func WithMaxDelay(d time.Duration) Option {
+	return func(o *options) {
+		if d < 0 {
+			d = -2 // rejected by NewPolicy
+		}
+		o.maxDelay = d
+	}
 }

@@ -34,6 +34,7 @@ type compiledRule struct {
 	rateUnits   int64
 	eventUnits  int64
 	capUnits    int64
+	maxDelay    int64 // LeakyBucket: the longest delay admitted, in ticks; -1 for none
 
 	args []interface{} // the rule's script arguments, preformatted
 }
@@ -102,7 +103,7 @@ func compileRule(r Rule) (compiledRule, error) {
 		return compiledRule{}, fmt.Errorf("%s counts whole windows: burst %d must be 0 or equal to rate %d", r.Algorithm, l.Burst, l.Rate)
 	}
 	r.Limit = l
-	c := compiledRule{Rule: r, capacity: l.Burst}
+	c := compiledRule{Rule: r, capacity: l.Burst, maxDelay: -1}
 	periodMicros := int64(l.Period / time.Microsecond)
 	for _, tick := range []int64{1, 1000} {
 		if periodMicros%tick != 0 {
@@ -138,14 +139,29 @@ func (c *compiledRule) scriptArgs() []interface{} {
 	i := func(v int64) interface{} { return strconv.FormatInt(v, 10) }
 	switch c.Algorithm {
 	case FixedWindow, SlidingWindowLog, SlidingWindowCounter:
-		return []interface{}{algCode[c.Algorithm], i(c.tick), i(int64(c.Limit.Rate)), i(c.periodTicks), "0"}
+		return []interface{}{algCode[c.Algorithm], i(c.tick), i(int64(c.Limit.Rate)), i(c.periodTicks), "0", "0"}
 	default:
-		return []interface{}{algCode[c.Algorithm], i(c.tick), i(c.rateUnits), i(c.eventUnits), i(c.capUnits)}
+		return []interface{}{algCode[c.Algorithm], i(c.tick), i(c.rateUnits), i(c.eventUnits), i(c.capUnits), i(c.maxDelay)}
 	}
 }
 
 // argsPerRule is the number of ARGV entries of every rule.
-const argsPerRule = 5
+const argsPerRule = 6
+
+// withMaxDelay bounds the delay of a LeakyBucket rule to d (rounded down to
+// whole ticks). A bound the meter can never reach (its whole drain time or
+// more) is dropped, which also keeps d × rateUnits small.
+func (c *compiledRule) withMaxDelay(d time.Duration) {
+	if c.Algorithm != LeakyBucket {
+		return
+	}
+	ticks := int64(d/time.Microsecond) / c.tick
+	if ticks >= ceilDiv(c.capUnits, c.rateUnits) {
+		ticks = -1
+	}
+	c.maxDelay = ticks
+	c.args = c.scriptArgs()
+}
 
 // fingerprint returns a short hash of the rules: name, algorithm, rate,
 // period and burst of each, in order.

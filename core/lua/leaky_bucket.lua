@@ -8,9 +8,13 @@
 -- l = level in units}.
 -- Params (units: one event is `event` units; the meter drains `rate` units
 -- per tick): a = rate units per tick, b = units per event, c = capacity in
--- units (burst × event).
--- Returns the common shape (prelude.lua), with delay set when ok.
-local function leaky_bucket(key, now, rate, event, cap, n, tick)
+-- units (burst × event), d = the longest delay admitted, in ticks, or -1 for
+-- no bound beyond the capacity (core.WithMaxDelay). A request whose delay
+-- would exceed d is denied, and like every denial consumes nothing.
+-- Returns the common shape (prelude.lua), with delay set when ok, and the
+-- remaining count after consuming as an eighth value (it is not simply
+-- avail - n when the delay bound binds).
+local function leaky_bucket(key, now, rate, event, cap, n, tick, maxdelay)
   local level = 0
   local v = redis.call('HMGET', key, 't', 'l')
   local t = tonumber(v[1])
@@ -26,16 +30,42 @@ local function leaky_bucket(key, now, rate, event, cap, n, tick)
       level = level - elapsed * rate
     end
   end
+  -- unit events admissible one after another from level l: each must fit
+  -- in the meter and, with a bound, wait at most maxdelay (an event waits
+  -- ceil(level/rate) ticks, so it fits while level <= maxdelay × rate)
+  local function admissible(l)
+    local count = idiv(cap - l, event)
+    if maxdelay >= 0 then
+      local bound = maxdelay * rate
+      local by_delay = 0
+      if l <= bound then
+        by_delay = idiv(bound - l, event) + 1
+      end
+      if by_delay < count then
+        count = by_delay
+      end
+    end
+    return count
+  end
   local need = n * event
-  local avail = idiv(cap - level, event)
-  local reset_before = ceildiv(level, rate)
-  if level + need > cap then
-    return false, avail, ceildiv(level + need - cap, rate), reset_before, 0, 0, nil
+  local avail = admissible(level)
+  local wait = ceildiv(level, rate) -- for the events ahead to drain
+  local over_cap = level + need > cap
+  local over_delay = maxdelay >= 0 and wait > maxdelay
+  if over_cap or over_delay then
+    local retry = 0
+    if over_cap then
+      retry = ceildiv(level + need - cap, rate)
+    end
+    if over_delay and wait - maxdelay > retry then
+      retry = wait - maxdelay
+    end
+    return false, avail, retry, wait, 0, 0, nil
   end
   local after = level + need
   local reset_after = ceildiv(after, rate)
-  return true, avail, 0, reset_before, reset_after, reset_before, function()
+  return true, avail, 0, wait, reset_after, wait, function()
     redis.call('HSET', key, 't', int(now), 'l', int(after))
     expire(key, reset_after, tick)
-  end
+  end, admissible(after)
 end

@@ -3,10 +3,10 @@
 -- KEYS: one key per rule, all with the same hash tag (one cluster slot).
 -- ARGV[1]: "1" to consume (AllowN), "0" to only look (Peek).
 -- ARGV[2]: n, the cost (Peek passes 1).
--- ARGV[3..]: five per rule: algorithm code (1 fixed_window,
+-- ARGV[3..]: six per rule: algorithm code (1 fixed_window,
 --   2 sliding_window_log, 3 sliding_window_counter, 4 leaky_bucket,
 --   5 token_bucket, 6 gcra), tick (microseconds), then the algorithm's
---   parameters a, b, c.
+--   parameters a, b, c, d.
 -- Returns: { allowed (0|1), then per rule: allowed (0|1), remaining,
 --   retry_after_us, reset_after_us, delay_us }.
 --
@@ -30,11 +30,15 @@ local out = { 1 }
 local writes = {}
 local all = true
 for i = 1, #KEYS do
-  local j = 3 + (i - 1) * 5
+  local j = 3 + (i - 1) * 6
   local tick = tonumber(ARGV[j + 1])
-  local ok, avail, retry, reset_before, reset_after, delay, write =
+  local ok, avail, retry, reset_before, reset_after, delay, write, after =
     algorithms[tonumber(ARGV[j])](KEYS[i], idiv(now_us, tick),
-      tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4]), n, tick)
+      tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4]), n, tick,
+      tonumber(ARGV[j + 5]))
+  if after == nil then
+    after = avail - n
+  end
   local k = 2 + (i - 1) * 5
   if ok then
     out[k] = 1
@@ -46,7 +50,7 @@ for i = 1, #KEYS do
   out[k + 2] = retry * tick
   out[k + 3] = reset_before * tick
   out[k + 4] = delay * tick
-  writes[i] = { write, avail - n, reset_after * tick }
+  writes[i] = { write, after, reset_after * tick }
 end
 if all then
   if consume then

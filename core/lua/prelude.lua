@@ -8,8 +8,9 @@
 -- Go twin (core/local.go).
 --
 -- Every algorithm is a function
---   alg(key, now, a, b, c, n) -> ok, avail, retry, reset_before, reset_after, delay, write
--- with now in ticks, a/b/c the rule's parameters (see each file), n the cost:
+--   alg(key, now, a, b, c, n, tick, d) -> ok, avail, retry, reset_before, reset_after, delay, write[, after]
+-- with now in ticks, a/b/c/d the rule's parameters (see each file), n the
+-- cost, tick the microseconds per tick (for TTLs):
 --   ok            true when n events are admissible now
 --   avail         unit events admissible now, before consuming
 --   retry         ticks until n events are admissible (0 when ok)
@@ -18,6 +19,8 @@
 --   delay         ticks the admitted events wait before proceeding (LeakyBucket)
 --   write         when ok: a function that consumes n (called only when every
 --                 rule of the policy admits)
+--   after         optional: unit events admissible once n are consumed
+--                 (default avail - n)
 -- No algorithm writes anything before write is called.
 
 -- idiv returns floor(a / b) exactly, for 0 <= a < 2^53 and b > 0.
