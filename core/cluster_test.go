@@ -37,12 +37,17 @@ var clusterPolicy = []core.Rule{
 }
 
 // testClusterManyKeys decides 200 user keys, odd ones among them, with every
-// algorithm and with a three-rule policy: each key admits exactly its limit,
+// algorithm and with a three-rule policy, through redis.NewUniversalClient: each key admits exactly its limit,
 // in order, then denies; Reset works; the Redis keys of one user key share
 // one slot; the user keys spread over all three masters; every key has a
 // TTL.
 func testClusterManyKeys(t *testing.T, cl *redistest.Cluster) {
-	cc := cl.Client(t)
+	// What an application configured with several addresses gets.
+	cc := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: cl.Addrs()})
+	t.Cleanup(func() { cc.Close() })
+	if _, ok := cc.(*redis.ClusterClient); !ok {
+		t.Fatalf("NewUniversalClient of %d addresses returned a %T", len(cl.Addrs()), cc)
+	}
 	ctx := context.Background()
 	users := []string{"", "{braces}", "a}b{c", "#looks-hashed", strings.Repeat("long-", 30), "ключ ünïcode", "with:colons:and spaces"}
 	for i := len(users); i < 200; i++ {
@@ -74,7 +79,7 @@ func testClusterManyKeys(t *testing.T, cl *redistest.Cluster) {
 				go func() {
 					defer wg.Done()
 					for key := range work {
-						clusterExhaust(t, ctx, lim, key, tc.limit)
+						exhaustKey(t, ctx, lim, key, tc.limit)
 					}
 				}()
 			}
@@ -102,10 +107,10 @@ func testClusterManyKeys(t *testing.T, cl *redistest.Cluster) {
 	}
 }
 
-// clusterExhaust asks for key limit+2 times and checks that exactly the
+// exhaustKey asks for key limit+2 times and checks that exactly the
 // first limit calls are admitted, with Remaining counting down, and that
 // Peek then denies.
-func clusterExhaust(t *testing.T, ctx context.Context, lim *core.Limiter, key string, limit int) {
+func exhaustKey(t *testing.T, ctx context.Context, lim *core.Limiter, key string, limit int) {
 	t.Helper()
 	for i := 1; i <= limit+2; i++ {
 		r, err := lim.Allow(ctx, key)
@@ -228,46 +233,30 @@ func testClusterFailover(t *testing.T, cl *redistest.Cluster) {
 	}
 	promoted := shard.Replicas[0]
 
-	load := newClusterLoad(len(keys))
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for g := 0; g < 24; g++ {
-		wg.Add(1)
-		go func(g int) {
-			defer wg.Done()
-			for i := g; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				k := i % len(keys)
-				began := time.Now()
-				r, err := lim.Allow(ctx, keys[k])
-				load.record(k, began, r.Allowed, err)
-			}
-		}(g)
-	}
-	defer func() { // on a failed assertion below, stop the load anyway
-		select {
-		case <-stop:
-		default:
-			close(stop)
-			wg.Wait()
-		}
-	}()
+	// Keys come in three cohorts of 20: the first is decided from the
+	// start, the second from the failover's start, so admissions are under
+	// way while it runs, the third once the cluster is ready again.
+	load := newFailoverLoad(keys)
+	load.active.Store(20)
+	stop := load.start(lim, 24)
+	defer stop() // on a failed assertion below, stop the load anyway
 
 	// Load before, during and after the failover.
 	if err := load.waitSuccesses(1000, time.Time{}, 20*time.Second); err != nil {
 		t.Fatalf("before the failover: %v", err)
 	}
+	if err := cl.WaitReplicaKnown(ctx, promoted); err != nil {
+		t.Fatal(err)
+	}
 	admittedBefore := load.admittedTotal()
 	t0 := time.Now()
+	load.active.Store(40)
 	if err := cl.Failover(ctx, promoted); err != nil {
 		t.Fatalf("failover of %s to %s: %v", shard.Master, promoted, err)
 	}
 	ready := time.Now()
 	admittedDuring := load.admittedTotal() - admittedBefore
+	load.active.Store(int64(len(keys)))
 	// Go on until every key has seen a denial after the failover (all
 	// exhausted, state carried over) and plenty of calls have succeeded.
 	if err := load.waitSuccesses(1000, ready, 30*time.Second); err != nil {
@@ -276,28 +265,14 @@ func testClusterFailover(t *testing.T, cl *redistest.Cluster) {
 	if err := load.waitExhausted(ready, 30*time.Second); err != nil {
 		t.Fatalf("after the failover: %v", err)
 	}
-	close(stop)
-	wg.Wait()
+	stop()
 
 	if r, err := cl.Role(ctx, promoted); err != nil || r != "master" {
 		t.Fatalf("%s has role %q (%v) after the failover, want master", promoted, r, err)
 	}
-	// Errors only in the window from the failover's start to the first
-	// success of a call begun once the cluster was ready again.
-	firstOK := load.firstSuccessAfter(ready)
-	errs := load.errorsSnapshot()
-	var late []string
-	for _, e := range errs {
-		if e.began.After(firstOK) {
-			late = append(late, fmt.Sprintf("+%s: %v", e.began.Sub(t0).Round(time.Millisecond), e.err))
-		}
-	}
-	if len(late) > 0 {
-		t.Errorf("%d calls failed after the cluster was ready and a call had succeeded again:\n%s", len(late), strings.Join(late, "\n"))
-	}
-	t.Logf("failover of %s to %s: %s until the cluster was ready, first success %s after the start; %d admitted during it",
-		shard.Master, promoted, ready.Sub(t0).Round(time.Millisecond), firstOK.Sub(t0).Round(time.Millisecond), admittedDuring)
-	t.Logf("load: %d calls, %d succeeded, %d failed%s", load.calls.Load(), load.successes.Load(), len(errs), clusterErrorSpan(errs, t0))
+	t.Logf("failover of %s to %s: %s until the cluster was ready; %d admitted meanwhile",
+		shard.Master, promoted, ready.Sub(t0).Round(time.Millisecond), admittedDuring)
+	load.checkErrors(t, t0, ready)
 
 	for k, key := range keys {
 		a, f := load.admitted[k].Load(), load.failed[k].Load()
@@ -328,45 +303,88 @@ func testClusterFailover(t *testing.T, cl *redistest.Cluster) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			clusterExhaust(t, ctx, l, fresh, 10)
+			exhaustKey(t, ctx, l, fresh, 10)
 		})
 	}
 	clusterCheckKeys(t, cl, prefix, len(keys), len(rules), 24*time.Hour)
-	if byMaster := clusterCheckKeys(t, cl, freshPrefix, 1, 1, 48*time.Hour); byMaster[promoted] == 0 {
+	if byMaster := clusterCheckKeys(t, cl, freshPrefix, 1, len(core.Algorithms), 48*time.Hour); byMaster[promoted] == 0 {
 		t.Errorf("the fresh key's Redis keys are not on the promoted master %s: %v", promoted, byMaster)
 	}
 }
 
-// clusterLoad records the outcome of every call of a load.
-type clusterLoad struct {
+// failoverLoad runs and records a load of Allow calls.
+type failoverLoad struct {
+	keys             []string
+	active           atomic.Int64   // calls go to the first active keys
 	admitted, failed []atomic.Int64 // per key
 	calls, successes atomic.Int64
 
 	mu         sync.Mutex
-	errs       []clusterCallError
-	deniedWhen [][]time.Time           // per key: when denied calls began (the latest few)
-	okTimes    []time.Time             // when successful calls began
+	errs       []failoverCallError
+	deniedWhen [][]time.Time // per key: when denied calls began (the latest few)
+	okTimes    []time.Time   // when successful calls began
+	longest    time.Duration // the longest call
+	longestAt  time.Time     // when it began
 }
 
-type clusterCallError struct {
+type failoverCallError struct {
 	began time.Time
 	err   error
 }
 
-func newClusterLoad(keys int) *clusterLoad {
-	return &clusterLoad{
-		admitted:   make([]atomic.Int64, keys),
-		failed:     make([]atomic.Int64, keys),
-		deniedWhen: make([][]time.Time, keys),
+func newFailoverLoad(keys []string) *failoverLoad {
+	l := &failoverLoad{
+		keys:       keys,
+		admitted:   make([]atomic.Int64, len(keys)),
+		failed:     make([]atomic.Int64, len(keys)),
+		deniedWhen: make([][]time.Time, len(keys)),
+	}
+	l.active.Store(int64(len(keys)))
+	return l
+}
+
+// start runs goroutines that call lim.Allow on the active keys, round
+// robin, until stop is called. stop waits for them; it may be called more
+// than once.
+func (l *failoverLoad) start(lim *core.Limiter, goroutines int) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := 0; g < goroutines; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := g; ; i++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				k := i % int(l.active.Load())
+				began := time.Now()
+				r, err := lim.Allow(context.Background(), l.keys[k])
+				l.record(k, began, r.Allowed, err)
+			}
+		}(g)
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() { close(done) })
+		wg.Wait()
 	}
 }
 
-func (l *clusterLoad) record(k int, began time.Time, allowed bool, err error) {
+func (l *failoverLoad) record(k int, began time.Time, allowed bool, err error) {
+	took := time.Since(began)
 	l.calls.Add(1)
+	l.mu.Lock()
+	if took > l.longest {
+		l.longest, l.longestAt = took, began
+	}
+	l.mu.Unlock()
 	if err != nil {
 		l.failed[k].Add(1)
 		l.mu.Lock()
-		l.errs = append(l.errs, clusterCallError{began, err})
+		l.errs = append(l.errs, failoverCallError{began, err})
 		l.mu.Unlock()
 		return
 	}
@@ -386,7 +404,35 @@ func (l *clusterLoad) record(k int, began time.Time, allowed bool, err error) {
 	l.mu.Unlock()
 }
 
-func (l *clusterLoad) admittedTotal() int64 {
+// checkErrors fails t for every call that failed although it began after
+// the failover was over (ready) and a call begun after that had succeeded:
+// errors are allowed only from the failover's start (t0) until the limiter
+// has got through again. It logs what the load saw.
+func (l *failoverLoad) checkErrors(t *testing.T, t0, ready time.Time) {
+	t.Helper()
+	firstOK := l.firstSuccessAfter(ready)
+	errs := l.errorsSnapshot()
+	var late []string
+	for _, e := range errs {
+		if firstOK.IsZero() || e.began.After(firstOK) {
+			late = append(late, fmt.Sprintf("+%s: %v", e.began.Sub(t0).Round(time.Millisecond), e.err))
+		}
+	}
+	if len(late) > 0 {
+		if len(late) > 20 {
+			late = append(late[:20], "...")
+		}
+		t.Errorf("%d calls failed after the failover was over and a call had succeeded again:\n%s", len(late), strings.Join(late, "\n"))
+	}
+	l.mu.Lock()
+	longest, longestAt := l.longest, l.longestAt
+	l.mu.Unlock()
+	t.Logf("load: %d calls, %d succeeded, %d failed%s; first success after the failover begun +%s after its start; longest call %s, begun at +%s",
+		l.calls.Load(), l.successes.Load(), len(errs), failoverErrorSpan(errs, t0),
+		firstOK.Sub(t0).Round(time.Millisecond), longest.Round(time.Millisecond), longestAt.Sub(t0).Round(time.Millisecond))
+}
+
+func (l *failoverLoad) admittedTotal() int64 {
 	var n int64
 	for i := range l.admitted {
 		n += l.admitted[i].Load()
@@ -395,7 +441,7 @@ func (l *clusterLoad) admittedTotal() int64 {
 }
 
 // successesAfter counts the successful calls begun after mark.
-func (l *clusterLoad) successesAfter(mark time.Time) int {
+func (l *failoverLoad) successesAfter(mark time.Time) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	n := 0
@@ -409,7 +455,7 @@ func (l *clusterLoad) successesAfter(mark time.Time) int {
 
 // firstSuccessAfter returns when the first successful call begun after mark
 // began.
-func (l *clusterLoad) firstSuccessAfter(mark time.Time) time.Time {
+func (l *failoverLoad) firstSuccessAfter(mark time.Time) time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var first time.Time
@@ -421,14 +467,14 @@ func (l *clusterLoad) firstSuccessAfter(mark time.Time) time.Time {
 	return first
 }
 
-func (l *clusterLoad) errorsSnapshot() []clusterCallError {
+func (l *failoverLoad) errorsSnapshot() []failoverCallError {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return append([]clusterCallError(nil), l.errs...)
+	return append([]failoverCallError(nil), l.errs...)
 }
 
 // waitSuccesses waits until n calls begun after mark have succeeded.
-func (l *clusterLoad) waitSuccesses(n int, mark time.Time, timeout time.Duration) error {
+func (l *failoverLoad) waitSuccesses(n int, mark time.Time, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		got := l.successesAfter(mark)
@@ -444,7 +490,7 @@ func (l *clusterLoad) waitSuccesses(n int, mark time.Time, timeout time.Duration
 
 // waitExhausted waits until every key has been denied in a call begun
 // after mark.
-func (l *clusterLoad) waitExhausted(mark time.Time, timeout time.Duration) error {
+func (l *failoverLoad) waitExhausted(mark time.Time, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		l.mu.Lock()
@@ -465,8 +511,8 @@ func (l *clusterLoad) waitExhausted(mark time.Time, timeout time.Duration) error
 	}
 }
 
-// clusterErrorSpan describes when errors happened, relative to t0.
-func clusterErrorSpan(errs []clusterCallError, t0 time.Time) string {
+// failoverErrorSpan describes when errors happened, relative to t0.
+func failoverErrorSpan(errs []failoverCallError, t0 time.Time) string {
 	if len(errs) == 0 {
 		return ""
 	}
@@ -512,11 +558,11 @@ func clusterKeyOn(t *testing.T, cc *redis.ClusterClient, shard redistest.Shard, 
 }
 
 // clusterCheckKeys finds every Redis key under prefix by SCAN on each
-// master, and checks that they belong to users user keys of rules keys
-// each, that all keys of one user key (one hash tag) share one slot
+// master, and checks that they belong to users user keys of perUser keys
+// each (one per rule of each limiter sharing the prefix), that all keys of one user key (one hash tag) share one slot
 // (CLUSTER KEYSLOT), and that every key has a TTL in (0, maxTTL]. It
 // returns the number of keys on each master.
-func clusterCheckKeys(t *testing.T, cl *redistest.Cluster, prefix string, users, rules int, maxTTL time.Duration) map[string]int {
+func clusterCheckKeys(t *testing.T, cl *redistest.Cluster, prefix string, users, perUser int, maxTTL time.Duration) map[string]int {
 	t.Helper()
 	ctx := context.Background()
 	masters, err := cl.Masters(ctx)
@@ -555,8 +601,8 @@ func clusterCheckKeys(t *testing.T, cl *redistest.Cluster, prefix string, users,
 		t.Errorf("prefix %s: keys of %d user keys, want %d", prefix, len(byTag), users)
 	}
 	for tag, keys := range byTag {
-		if len(keys) != rules {
-			t.Errorf("user key %q has %d Redis keys, want %d: %v", tag, len(keys), rules, keys)
+		if len(keys) != perUser {
+			t.Errorf("user key %q has %d Redis keys, want %d: %v", tag, len(keys), perUser, keys)
 		}
 		var first int64 = -1
 		for _, k := range keys {
