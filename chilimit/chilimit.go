@@ -1,0 +1,78 @@
+// Package chilimit limits chi routers with sluice.
+//
+//	r := chi.NewRouter()
+//	r.Use(chilimit.TokenBucket(rdb, core.PerSecond(10)))
+//
+// The middleware is a func(http.Handler) http.Handler with the options and
+// behaviour of package nethttp (see its documentation); this package adds
+// the chi route pattern as a key.
+//
+// A limit on one route or group is mounted with chi's own tools:
+//
+//	r.With(chilimit.FixedWindow(rdb, core.PerMinute(3))).Post("/login", login)
+//	r.Route("/api", func(r chi.Router) {
+//		r.Use(chilimit.GCRA(rdb, core.PerSecond(50)))
+//		r.Get("/items/{id}", item)
+//	})
+package chilimit
+
+import (
+	"net/http"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/flow"
+)
+
+// FixedWindow limits with the fixed-window algorithm. It panics when limit
+// is invalid, with a message naming the problem.
+func FixedWindow(client redis.UniversalClient, limit core.Limit, opts ...Option) func(http.Handler) http.Handler {
+	return middleware(flow.Must("chilimit.FixedWindow", client, core.FixedWindow, limit, opts))
+}
+
+// SlidingWindowLog limits with the exact sliding-window log. It panics when
+// limit is invalid.
+func SlidingWindowLog(client redis.UniversalClient, limit core.Limit, opts ...Option) func(http.Handler) http.Handler {
+	return middleware(flow.Must("chilimit.SlidingWindowLog", client, core.SlidingWindowLog, limit, opts))
+}
+
+// SlidingWindowCounter limits with the sliding-window counter. It panics
+// when limit is invalid.
+func SlidingWindowCounter(client redis.UniversalClient, limit core.Limit, opts ...Option) func(http.Handler) http.Handler {
+	return middleware(flow.Must("chilimit.SlidingWindowCounter", client, core.SlidingWindowCounter, limit, opts))
+}
+
+// LeakyBucket shapes with the leaky bucket: an admitted request is held for
+// its Delay (at most WithMaxDelay) before the next handler runs. It panics
+// when limit is invalid.
+func LeakyBucket(client redis.UniversalClient, limit core.Limit, opts ...Option) func(http.Handler) http.Handler {
+	return middleware(flow.Must("chilimit.LeakyBucket", client, core.LeakyBucket, limit, opts))
+}
+
+// TokenBucket limits with the token bucket. It panics when limit is invalid.
+func TokenBucket(client redis.UniversalClient, limit core.Limit, opts ...Option) func(http.Handler) http.Handler {
+	return middleware(flow.Must("chilimit.TokenBucket", client, core.TokenBucket, limit, opts))
+}
+
+// GCRA limits with the generic cell rate algorithm. It panics when limit is
+// invalid.
+func GCRA(client redis.UniversalClient, limit core.Limit, opts ...Option) func(http.Handler) http.Handler {
+	return middleware(flow.Must("chilimit.GCRA", client, core.GCRA, limit, opts))
+}
+
+// New limits with l, a limiter of one rule or a policy of several. It never
+// panics; l may be nil when WithLimiterFunc chooses the limiter.
+func New(l *core.Limiter, opts ...Option) func(http.Handler) http.Handler {
+	return middleware(flow.New(l, opts))
+}
+
+func middleware(f *flow.Flow) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if f.Admit(w, r, nil) {
+				next.ServeHTTP(w, r)
+			}
+		})
+	}
+}

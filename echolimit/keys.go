@@ -1,0 +1,48 @@
+package echolimit
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/keyfunc"
+)
+
+// WithEchoKey sets who is limited with a function of the Echo context, such
+// as RouteKey or UserKey. Key errors are handled as for WithKey.
+func WithEchoKey(f func(echo.Context) (string, error)) Option {
+	if f == nil {
+		return func(*flow.Config) {}
+	}
+	return flow.WithContextKey(func(_ *http.Request, rc any) (string, error) {
+		c, ok := rc.(echo.Context)
+		if !ok {
+			return "", errors.New("echolimit: WithEchoKey: no Echo context")
+		}
+		return f(c)
+	})
+}
+
+// RouteKey keys requests by the route they match, c.Path():
+// "route:<METHOD> <path>", such as "route:GET /users/:id". With Funcs in
+// with, the key joins them (as keyfunc.Join does), so
+// RouteKey(keyfunc.RemoteIP()) limits each client per route. Echo routes
+// before the middleware of e.Use, a group or a route runs, so RouteKey works
+// there; under e.Pre the route is not known yet. Use it with WithEchoKey.
+func RouteKey(with ...keyfunc.Func) func(echo.Context) (string, error) {
+	key := flow.ContextRouteKey(with)
+	return func(c echo.Context) (string, error) { return key(c.Request(), c.Path()) }
+}
+
+// UserKey keys requests by the user id that authentication middleware
+// stored with c.Set(name, id): "user:<id>". The id may be a string, an
+// integer or a fmt.Stringer. A request without one (anonymous) is a key
+// error: limited by its peer address and reported, or answered 400 with
+// WithKeyErrorReject. Use it with WithEchoKey.
+func UserKey(name string) func(echo.Context) (string, error) {
+	return func(c echo.Context) (string, error) {
+		return flow.UserKey(name, c.Get(name))
+	}
+}

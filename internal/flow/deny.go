@@ -1,0 +1,60 @@
+package flow
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	"github.com/sluicehq/sluice/core"
+)
+
+// ProblemType is the "type" of the problem details written by DenyProblem:
+// the "quota exceeded" problem type that the RateLimit headers draft
+// registers, whose "violated-policies" member lists the rules that denied.
+const ProblemType = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+
+// DenyPlain answers 429 Too Many Requests with a text/plain body.
+func DenyPlain(w http.ResponseWriter, _ *http.Request, _ core.Result) {
+	http.Error(w, "Too Many Requests", http.StatusTooManyRequests)
+}
+
+// problem is an RFC 9457 problem details object.
+type problem struct {
+	Type             string   `json:"type"`
+	Title            string   `json:"title"`
+	Status           int      `json:"status"`
+	Detail           string   `json:"detail"`
+	ViolatedPolicies []string `json:"violated-policies"`
+}
+
+// DenyProblem answers 429 with an RFC 9457 application/problem+json body
+// naming the violated policies (the rules that denied).
+func DenyProblem(w http.ResponseWriter, _ *http.Request, res core.Result) {
+	p := problem{
+		Type:             ProblemType,
+		Title:            "Too Many Requests",
+		Status:           http.StatusTooManyRequests,
+		Detail:           fmt.Sprintf("Rate limit exceeded; retry in %d seconds.", RetryAfterSeconds(res)),
+		ViolatedPolicies: Violated(res),
+	}
+	body, _ := json.Marshal(p) // cannot fail: strings and ints only
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusTooManyRequests)
+	w.Write(append(body, '\n'))
+}
+
+// Violated returns the names of the rules that denied res.
+func Violated(res core.Result) []string {
+	names := []string{}
+	for _, rr := range res.Rules {
+		if !rr.Allowed {
+			names = append(names, rr.Name)
+		}
+	}
+	if len(names) == 0 && res.Rule != "" {
+		names = append(names, res.Rule)
+	}
+	return names
+}

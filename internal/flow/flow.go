@@ -1,0 +1,384 @@
+// Package flow is the request flow shared by every sluice middleware:
+// key, decide, headers, then proceed, delay, deny or handle the error.
+//
+// The packages nethttp, chilimit, ginlimit and echolimit translate their
+// router's context into a call of [Flow.Admit] and delegate everything else
+// here, so the flow is written once and behaves the same in every router.
+package flow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/keyfunc"
+)
+
+// Defaults of the options.
+const (
+	// DefaultTimeout is the time Redis gets for a decision of the limiters
+	// the algorithm constructors build; past it, the failure mode decides.
+	DefaultTimeout = 100 * time.Millisecond
+	// DefaultMaxDelay bounds how long a LeakyBucket request is held.
+	DefaultMaxDelay = 5 * time.Second
+)
+
+// ErrKey is wrapped by the error reported when the key function fails or
+// returns an empty key.
+var ErrKey = errors.New("sluice: no rate-limit key")
+
+// ErrNoLimiter is reported when no limiter is configured for a request: New
+// was given a nil limiter and the limiter function returned nil.
+var ErrNoLimiter = errors.New("sluice: no limiter for this request")
+
+// unknownPeer is the key of requests whose peer address cannot be read
+// either: they share one bucket rather than go unlimited.
+const unknownPeer = "ip:unknown"
+
+// HeaderMode selects the rate-limit headers written on limited responses.
+type HeaderMode int
+
+// The header modes. Retry-After is written on every 429 whatever the mode.
+const (
+	// HeadersDraft writes RateLimit-Policy and RateLimit in the syntax of
+	// draft-ietf-httpapi-ratelimit-headers-10/11. The default.
+	HeadersDraft HeaderMode = iota
+	// HeadersLegacy writes X-RateLimit-Limit, X-RateLimit-Remaining and
+	// X-RateLimit-Reset (Unix epoch seconds).
+	HeadersLegacy
+	// HeadersBoth writes the draft and the legacy headers.
+	HeadersBoth
+	// HeadersNone writes no rate-limit headers (Retry-After still goes on 429).
+	HeadersNone
+)
+
+// DenyFunc writes the response to a denied request. The rate-limit headers
+// and Retry-After are already set on w when it is called.
+type DenyFunc func(w http.ResponseWriter, r *http.Request, res core.Result)
+
+// Config is what the middleware options set. Its zero value is not ready:
+// use [New] or [Must], which fill in the defaults.
+type Config struct {
+	// Key returns the key of a request; rc is the router's own context
+	// (*gin.Context, echo.Context) or nil for net/http and chi.
+	Key            func(r *http.Request, rc any) (string, error)
+	Cost           func(*http.Request) int
+	Skip           func(*http.Request) bool
+	Deny           DenyFunc
+	Headers        HeaderMode
+	FailureMode    core.FailureMode
+	Shadow         bool
+	LimiterOptions []core.Option
+	OnError        func(*http.Request, error)
+	Timeout        time.Duration
+	MaxDelay       time.Duration
+	LimiterFor     func(*http.Request) *core.Limiter
+	KeyErrorReject bool
+	// Prefix is passed to core.WithPrefix by the algorithm constructors.
+	Prefix string
+	// Sleep holds a LeakyBucket request for d or until ctx is done. Tests
+	// replace it to observe the delay without waiting.
+	Sleep func(ctx context.Context, d time.Duration) error
+}
+
+// Option sets a field of Config. Every adapter's Option has this underlying
+// type, so the setters below are its options.
+type Option = func(*Config)
+
+// WithKey sets the key function. A nil f keeps the default.
+func WithKey(f keyfunc.Func) Option {
+	return func(c *Config) {
+		if f != nil {
+			c.Key = func(r *http.Request, _ any) (string, error) { return f(r) }
+		}
+	}
+}
+
+// WithContextKey sets a key function that reads the router's own context;
+// adapters wrap it to their context type.
+func WithContextKey(f func(r *http.Request, rc any) (string, error)) Option {
+	return func(c *Config) {
+		if f != nil {
+			c.Key = f
+		}
+	}
+}
+
+// WithCost sets the cost of a request.
+func WithCost(f func(*http.Request) int) Option { return func(c *Config) { c.Cost = f } }
+
+// WithSkip sets the predicate of requests that are not limited.
+func WithSkip(f func(*http.Request) bool) Option { return func(c *Config) { c.Skip = f } }
+
+// WithDenyHandler sets the response to denied requests. Nil keeps the current one.
+func WithDenyHandler(f DenyFunc) Option {
+	return func(c *Config) {
+		if f != nil {
+			c.Deny = f
+		}
+	}
+}
+
+// WithProblemDetails answers denials with an RFC 9457 problem.
+func WithProblemDetails() Option { return func(c *Config) { c.Deny = DenyProblem } }
+
+// WithHeaders sets the header mode.
+func WithHeaders(m HeaderMode) Option { return func(c *Config) { c.Headers = m } }
+
+// WithFailureMode sets how a failed decision is answered, and the failure
+// mode of the limiters the algorithm constructors build.
+func WithFailureMode(m core.FailureMode) Option { return func(c *Config) { c.FailureMode = m } }
+
+// WithShadow never denies and writes no rate-limit headers.
+func WithShadow() Option { return func(c *Config) { c.Shadow = true } }
+
+// WithLimiterOptions adds core options for the algorithm constructors.
+func WithLimiterOptions(opts ...core.Option) Option {
+	return func(c *Config) { c.LimiterOptions = append(c.LimiterOptions, opts...) }
+}
+
+// WithErrorHandler sets the hook that reports errors. Nil keeps the default.
+func WithErrorHandler(f func(*http.Request, error)) Option {
+	return func(c *Config) {
+		if f != nil {
+			c.OnError = f
+		}
+	}
+}
+
+// WithTimeout sets the decision timeout; d <= 0 means DefaultTimeout.
+func WithTimeout(d time.Duration) Option {
+	return func(c *Config) {
+		if d <= 0 {
+			d = DefaultTimeout
+		}
+		c.Timeout = d
+	}
+}
+
+// WithMaxDelay bounds how long a LeakyBucket request is held; d <= 0 holds
+// none: every request that would have to wait is denied.
+func WithMaxDelay(d time.Duration) Option {
+	return func(c *Config) { c.MaxDelay = max(d, 0) }
+}
+
+// WithLimiterFunc chooses the limiter per request.
+func WithLimiterFunc(f func(*http.Request) *core.Limiter) Option {
+	return func(c *Config) { c.LimiterFor = f }
+}
+
+// WithKeyErrorReject answers 400 when the key function fails.
+func WithKeyErrorReject() Option { return func(c *Config) { c.KeyErrorReject = true } }
+
+// WithPrefix sets the Redis key prefix of the algorithm constructors.
+func WithPrefix(p string) Option { return func(c *Config) { c.Prefix = p } }
+
+// Flow runs the request flow of one middleware. It is safe for concurrent use.
+type Flow struct {
+	cfg     Config
+	limiter *core.Limiter
+	peer    keyfunc.Func // the fallback key
+}
+
+// New returns the flow of limiter l (which may be nil when a limiter
+// function is set). It never panics.
+func New[O ~func(*Config)](l *core.Limiter, opts []O) *Flow {
+	peer := keyfunc.RemoteIP()
+	f := &Flow{limiter: l, peer: peer, cfg: Config{
+		Key:      func(r *http.Request, _ any) (string, error) { return peer(r) },
+		Deny:     DenyPlain,
+		OnError:  logError,
+		Timeout:  DefaultTimeout,
+		MaxDelay: DefaultMaxDelay,
+		Sleep:    sleep,
+	}}
+	for _, o := range opts {
+		if o != nil {
+			o(&f.cfg)
+		}
+	}
+	return f
+}
+
+// Must returns the flow of a one-rule limiter of algorithm alg. It panics
+// when the limit (or the client, or the prefix) is invalid, with a message
+// that starts with where, such as "ginlimit.TokenBucket".
+func Must[O ~func(*Config)](where string, client redis.UniversalClient, alg core.Algorithm, limit core.Limit, opts []O) *Flow {
+	f := New[O](nil, opts)
+	c := &f.cfg
+	copts := []core.Option{
+		core.WithTimeout(c.Timeout),
+		core.WithFailureMode(c.FailureMode),
+		core.WithMaxDelay(c.MaxDelay),
+	}
+	if c.Prefix != "" {
+		copts = append(copts, core.WithPrefix(c.Prefix))
+	}
+	if c.Shadow {
+		copts = append(copts, core.WithShadow())
+	}
+	copts = append(copts, c.LimiterOptions...)
+	l, err := core.New(client, alg, limit, copts...)
+	if err != nil {
+		panic(fmt.Sprintf("%s(%s): %v", where, limit, err))
+	}
+	f.limiter = l
+	return f
+}
+
+// Admit runs the flow for r: it decides, sets the rate-limit headers on w,
+// holds the request for a LeakyBucket delay, or writes the denial or failure
+// response. It reports whether the next handler should be called; when it
+// returns false the response has been written (or the client has gone).
+// rc is the router's own context, passed to router-native key functions.
+func (f *Flow) Admit(w http.ResponseWriter, r *http.Request, rc any) bool {
+	c := &f.cfg
+	if c.Skip != nil && c.Skip(r) {
+		return true
+	}
+	l := f.limiter
+	if c.LimiterFor != nil {
+		if pick := c.LimiterFor(r); pick != nil {
+			l = pick
+		}
+	}
+	if l == nil {
+		return f.fail(w, r, ErrNoLimiter, false)
+	}
+	key, ok := f.key(w, r, rc)
+	if !ok {
+		return false
+	}
+	n := 1
+	if c.Cost != nil {
+		n = max(c.Cost(r), 1)
+	}
+	// The limiter bounds the decision by its own timeout (the algorithm
+	// constructors set it from WithTimeout) and, past it, decides by its
+	// failure mode; a stuck Redis costs a request at most that long.
+	res, err := l.AllowN(r.Context(), key, n)
+	if c.Shadow {
+		// Never deny, never hold, tell the client nothing; the limiter's
+		// observer counts what it would have denied.
+		if err != nil && r.Context().Err() == nil {
+			c.OnError(r, fmt.Errorf("sluice: rate-limit decision failed (shadow mode): %w", err))
+		}
+		return true
+	}
+	if err != nil {
+		if r.Context().Err() != nil {
+			return false // the client has gone: nobody to answer
+		}
+		if errors.Is(err, core.ErrCostExceedsLimit) {
+			c.OnError(r, err)
+			http.Error(w, fmt.Sprintf("request cost %d exceeds the rate limit", n), http.StatusRequestEntityTooLarge)
+			return false
+		}
+		err = fmt.Errorf("sluice: rate-limit decision failed: %w", err)
+		if res.Rules == nil {
+			// Nothing decided: the failure mode does. (A limiter with
+			// FailLocal decides with its in-process twin and fills in
+			// Rules; that decision stands.) A limiter built with
+			// FailClosed denies, so it fails closed here too.
+			return f.fail(w, r, err, !res.Allowed)
+		}
+		c.OnError(r, err)
+	}
+	if res.Allowed && res.Delay > c.MaxDelay {
+		res = overDelay(res, c.MaxDelay)
+	}
+	setHeaders(w.Header(), c.Headers, res, time.Now())
+	if !res.Allowed {
+		w.Header().Set(headerRetryAfter, itoa(RetryAfterSeconds(res)))
+		c.Deny(w, r, res)
+		return false
+	}
+	if res.Delay > 0 {
+		if err := c.Sleep(r.Context(), res.Delay); err != nil {
+			return false // the client gave up while held
+		}
+	}
+	return true
+}
+
+// key returns the key of r, or writes the rejection and returns false.
+func (f *Flow) key(w http.ResponseWriter, r *http.Request, rc any) (string, bool) {
+	c := &f.cfg
+	key, err := c.Key(r, rc)
+	if err == nil && key != "" {
+		return key, true
+	}
+	if err == nil {
+		err = errors.New("the key function returned an empty key")
+	}
+	c.OnError(r, fmt.Errorf("%w: %w", ErrKey, err))
+	if c.KeyErrorReject {
+		http.Error(w, "Bad Request: cannot identify the client for rate limiting", http.StatusBadRequest)
+		return "", false
+	}
+	key, err = f.peer(r)
+	if err != nil || key == "" {
+		return unknownPeer, true
+	}
+	return key, true
+}
+
+// fail handles a failed decision by the failure mode: serve without
+// rate-limit headers, or answer 503 when failing closed (or when closed
+// says the limiter itself failed closed).
+func (f *Flow) fail(w http.ResponseWriter, r *http.Request, err error, closed bool) bool {
+	f.cfg.OnError(r, err)
+	if f.cfg.FailureMode == core.FailClosed || closed {
+		http.Error(w, "Service Unavailable: rate limiter unavailable", http.StatusServiceUnavailable)
+		return false
+	}
+	return true
+}
+
+// overDelay turns an admission whose delay exceeds maxDelay into a denial.
+// The slot the request took in the bucket stays taken (the decision is
+// already made in Redis), so RetryAfter includes one more drain interval.
+func overDelay(res core.Result, maxDelay time.Duration) core.Result {
+	res.Allowed = false
+	res.RetryAfter = 0
+	res.Rules = append([]core.RuleResult(nil), res.Rules...)
+	for i := range res.Rules {
+		rr := &res.Rules[i]
+		if rr.Delay <= maxDelay {
+			continue
+		}
+		rr.Allowed = false
+		rr.RetryAfter = rr.Delay - maxDelay + rr.Limit.Period/time.Duration(max(rr.Limit.Rate, 1))
+		if rr.RetryAfter > res.RetryAfter {
+			res.RetryAfter, res.Rule, res.Limit = rr.RetryAfter, rr.Name, rr.Limit
+		}
+	}
+	if res.RetryAfter == 0 { // no rule result carried the delay
+		res.RetryAfter = res.Delay - maxDelay
+	}
+	res.Delay = 0
+	return res
+}
+
+// sleep waits d or until ctx is done.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// logError is the default error hook: one structured log line.
+func logError(r *http.Request, err error) {
+	slog.ErrorContext(r.Context(), "sluice: rate limiting failed", "err", err, "method", r.Method, "path", r.URL.Path)
+}

@@ -1,0 +1,32 @@
+package nethttp
+
+import (
+	"net/http"
+	"strings"
+
+	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/keyfunc"
+)
+
+// RouteKey keys requests by the ServeMux pattern they match:
+// "route:<METHOD> <path pattern>", such as "route:GET /users/{id}" (a
+// method in the pattern itself is not repeated). With Funcs in with, the
+// key joins them (keyfunc.Join), so RouteKey(mux, keyfunc.RemoteIP())
+// limits each client per route.
+//
+// Inside mux (a middleware wrapping a registered handler) the pattern is
+// r.Pattern. Around mux (wrapping the whole mux) it is found with
+// mux.Handler(r); mux may be nil when the middleware only wraps handlers.
+// Requests that match no pattern share one key per method.
+func RouteKey(mux *http.ServeMux, with ...keyfunc.Func) keyfunc.Func {
+	return flow.RouteKey(func(r *http.Request) string {
+		pattern := r.Pattern
+		if pattern == "" && mux != nil {
+			_, pattern = mux.Handler(r)
+		}
+		if i := strings.IndexAny(pattern, " \t"); i >= 0 { // "GET /x": keep "/x"
+			pattern = strings.TrimLeft(pattern[i:], " \t")
+		}
+		return flow.RoutePattern(r, pattern)
+	}, with)
+}

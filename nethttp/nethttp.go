@@ -1,0 +1,135 @@
+// Package nethttp limits net/http handlers with sluice. It is the reference
+// for the middleware of every router: chilimit, ginlimit and echolimit have
+// the same constructors, options and behaviour, and only translate their
+// router's context.
+//
+// Each constructor returns a func(http.Handler) http.Handler middleware:
+//
+//	mux := http.NewServeMux()
+//	mux.Handle("GET /", home)
+//	http.ListenAndServe(addr, nethttp.TokenBucket(rdb, core.PerSecond(10))(mux))
+//
+// The algorithm constructors (FixedWindow, SlidingWindowLog,
+// SlidingWindowCounter, LeakyBucket, TokenBucket, GCRA) build a one-rule
+// limiter and panic at once on an invalid limit, naming the problem; New
+// takes any core.Limiter, such as a policy of several rules, and never
+// panics. Nothing panics while serving.
+//
+// # The request flow
+//
+// For each request the middleware:
+//
+//  1. lets requests exempted by WithSkip through, untouched;
+//  2. computes the key: by default keyfunc.RemoteIP(), the peer address of
+//     the connection (IPv6 grouped by /64), so a spoofed X-Forwarded-For
+//     changes nothing; WithKey chooses another. When the key function fails
+//     the request is limited by its peer address instead and the error goes
+//     to the error handler (WithKeyErrorReject answers 400 instead): a key
+//     error never skips limiting;
+//  3. decides in Redis, with the cost of WithCost, within WithTimeout;
+//  4. sets the rate-limit headers (below) on the response;
+//  5. calls the next handler, after holding the request for its delay under
+//     LeakyBucket (at most WithMaxDelay, and only while the client waits;
+//     a longer delay is a denial), or answers 429 Too Many Requests with
+//     Retry-After (WithDenyHandler, WithProblemDetails);
+//  6. when Redis fails or is too slow, fails open by default: it serves the
+//     request without rate-limit headers and reports the error to the error
+//     handler (WithErrorHandler; the default logs with log/slog).
+//     WithFailClosed answers 503 instead. A limiter built with
+//     core.WithFailureMode(core.FailClosed) also answers 503, and one built
+//     with core.FailLocal decides with its in-process twin, headers and all.
+//
+// # Headers
+//
+// Every limited response, allowed or denied, carries the fields of
+// draft-ietf-httpapi-ratelimit-headers-10/11 (WithHeaders selects them, or
+// the legacy X-RateLimit-* fields, or both, or none):
+//
+//	RateLimit-Policy: "gcra";q=100;w=60
+//	RateLimit: "gcra";r=42;t=17
+//
+// RateLimit-Policy lists every rule of the limiter: its name (for a limiter
+// built by an algorithm constructor, the algorithm's name, such as
+// "token_bucket"), q its Rate and w its Period in seconds. RateLimit gives,
+// per rule, r the requests still admissible now and t the seconds until the
+// rule admits again (when it denies) or until it is back to full (when it
+// admits). The draft counts whole seconds: w and t are rounded up, and w is
+// at least 1, so a limit of 5 per 500ms reads q=5;w=1. The draft has no
+// burst parameter: q is the Rate even when Burst is larger. A 429 carries
+// Retry-After in whole seconds, rounded up, at least 1, and never earlier
+// than the t of a rule that denies. Stacked middlewares (a router-wide limit
+// and a route's own) each set the headers; the innermost one's are sent.
+//
+// # Per-route limits
+//
+// Wrap the route's handler:
+//
+//	mux.Handle("POST /login", nethttp.FixedWindow(rdb, core.PerMinute(3))(login))
+//
+// Limiters with the same rules and key prefix share their counters on
+// purpose (they are one limit across instances). Two routes each limited by
+// FixedWindow(rdb, core.PerMinute(3)) and keyed by client IP therefore
+// share one budget: give each its own WithPrefix, or key by route
+// (RouteKey).
+package nethttp
+
+import (
+	"net/http"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/flow"
+)
+
+// FixedWindow limits with the fixed-window algorithm. It panics when limit
+// is invalid, with a message naming the problem.
+func FixedWindow(client redis.UniversalClient, limit core.Limit, opts ...Option) func(http.Handler) http.Handler {
+	return middleware(flow.Must("nethttp.FixedWindow", client, core.FixedWindow, limit, opts))
+}
+
+// SlidingWindowLog limits with the exact sliding-window log. It panics when
+// limit is invalid.
+func SlidingWindowLog(client redis.UniversalClient, limit core.Limit, opts ...Option) func(http.Handler) http.Handler {
+	return middleware(flow.Must("nethttp.SlidingWindowLog", client, core.SlidingWindowLog, limit, opts))
+}
+
+// SlidingWindowCounter limits with the sliding-window counter. It panics
+// when limit is invalid.
+func SlidingWindowCounter(client redis.UniversalClient, limit core.Limit, opts ...Option) func(http.Handler) http.Handler {
+	return middleware(flow.Must("nethttp.SlidingWindowCounter", client, core.SlidingWindowCounter, limit, opts))
+}
+
+// LeakyBucket shapes with the leaky bucket: an admitted request is held for
+// its Delay (at most WithMaxDelay, and no longer than the request context
+// lives) before the next handler runs. It panics when limit is invalid.
+func LeakyBucket(client redis.UniversalClient, limit core.Limit, opts ...Option) func(http.Handler) http.Handler {
+	return middleware(flow.Must("nethttp.LeakyBucket", client, core.LeakyBucket, limit, opts))
+}
+
+// TokenBucket limits with the token bucket. It panics when limit is invalid.
+func TokenBucket(client redis.UniversalClient, limit core.Limit, opts ...Option) func(http.Handler) http.Handler {
+	return middleware(flow.Must("nethttp.TokenBucket", client, core.TokenBucket, limit, opts))
+}
+
+// GCRA limits with the generic cell rate algorithm. It panics when limit is
+// invalid.
+func GCRA(client redis.UniversalClient, limit core.Limit, opts ...Option) func(http.Handler) http.Handler {
+	return middleware(flow.Must("nethttp.GCRA", client, core.GCRA, limit, opts))
+}
+
+// New limits with l, a limiter of one rule or a policy of several. It never
+// panics; l may be nil when WithLimiterFunc chooses the limiter.
+func New(l *core.Limiter, opts ...Option) func(http.Handler) http.Handler {
+	return middleware(flow.New(l, opts))
+}
+
+func middleware(f *flow.Flow) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if f.Admit(w, r, nil) {
+				next.ServeHTTP(w, r)
+			}
+		})
+	}
+}

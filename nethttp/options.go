@@ -1,0 +1,153 @@
+package nethttp
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/flow"
+	"github.com/sluicehq/sluice/keyfunc"
+)
+
+// Option configures a middleware. The options have the same names and
+// meaning in nethttp, chilimit, ginlimit and echolimit.
+type Option func(*flow.Config)
+
+// Defaults.
+const (
+	// DefaultTimeout is the decision timeout (see WithTimeout).
+	DefaultTimeout = flow.DefaultTimeout
+	// DefaultMaxDelay bounds how long a LeakyBucket request is held (see WithMaxDelay).
+	DefaultMaxDelay = flow.DefaultMaxDelay
+)
+
+// ErrKey is wrapped by the error reported to the error handler when the key
+// function fails or returns an empty key.
+var ErrKey = flow.ErrKey
+
+// ErrNoLimiter is reported when neither New's limiter nor the limiter
+// function gives a limiter for a request; the failure mode then applies.
+var ErrNoLimiter = flow.ErrNoLimiter
+
+// HeaderMode selects the rate-limit headers of limited responses.
+type HeaderMode = flow.HeaderMode
+
+// The header modes of WithHeaders. Retry-After goes on every 429 whatever
+// the mode.
+const (
+	// HeadersDraft writes RateLimit-Policy and RateLimit as
+	// draft-ietf-httpapi-ratelimit-headers-10/11 writes them. The default.
+	HeadersDraft = flow.HeadersDraft
+	// HeadersLegacy writes X-RateLimit-Limit, X-RateLimit-Remaining and
+	// X-RateLimit-Reset (Unix epoch seconds) of the deciding rule.
+	HeadersLegacy = flow.HeadersLegacy
+	// HeadersBoth writes the draft and the legacy headers.
+	HeadersBoth = flow.HeadersBoth
+	// HeadersNone writes no rate-limit headers.
+	HeadersNone = flow.HeadersNone
+)
+
+// WithKey sets who is limited (default: keyfunc.RemoteIP(), the peer
+// address of the connection, IPv6 grouped by /64).
+//
+// When the key function fails or returns "", the request is limited by
+// the peer address instead and the error, wrapping ErrKey, goes to the
+// error handler: limiting is never skipped. WithKeyErrorReject answers
+// 400 instead.
+func WithKey(f keyfunc.Func) Option { return flow.WithKey(f) }
+
+// WithKeyErrorReject answers 400 Bad Request when the key function fails,
+// instead of falling back to the peer address.
+func WithKeyErrorReject() Option { return flow.WithKeyErrorReject() }
+
+// WithCost sets how many events a request costs (default 1). Costs below 1
+// count as 1. A cost larger than a rule can ever admit at once is answered
+// 413 and reported to the error handler (it wraps core.ErrCostExceedsLimit).
+func WithCost(f func(*http.Request) int) Option { return flow.WithCost(f) }
+
+// WithSkip exempts the requests for which f returns true: they are served
+// without a decision and without rate-limit headers.
+func WithSkip(f func(*http.Request) bool) Option { return flow.WithSkip(f) }
+
+// WithDenyHandler sets the response to a denied request. The rate-limit
+// headers and Retry-After are already set when f is called; f writes the
+// status and the body. The default answers 429 with a text/plain body.
+func WithDenyHandler(f func(w http.ResponseWriter, r *http.Request, res core.Result)) Option {
+	return flow.WithDenyHandler(f)
+}
+
+// WithProblemDetails answers denials with 429 and an RFC 9457
+// application/problem+json body whose "violated-policies" member lists the
+// names of the rules that denied.
+func WithProblemDetails() Option { return flow.WithProblemDetails() }
+
+// WithHeaders selects the rate-limit headers (default HeadersDraft).
+func WithHeaders(m HeaderMode) Option { return flow.WithHeaders(m) }
+
+// WithFailClosed answers 503 Service Unavailable when a decision fails
+// (Redis unreachable, timeout). It is WithFailureMode(core.FailClosed).
+func WithFailClosed() Option { return flow.WithFailureMode(core.FailClosed) }
+
+// WithFailureMode says what happens when Redis cannot decide (unreachable,
+// past the timeout, or taken for unhealthy after repeated failures; see
+// core.WithHealthCheck):
+//
+//   - core.FailOpen (the default) serves the request without rate-limit
+//     headers;
+//   - core.FailClosed answers 503 Service Unavailable;
+//   - core.FailLocal decides with the limiter's in-process twin: each
+//     instance enforces the limit on its own (N instances admit up to N
+//     times the limit between them), headers included.
+//
+// Every failure goes to the error handler. The algorithm constructors build
+// their limiter with this mode; a limiter given to New keeps its own
+// (core.WithFailureMode), and one that fails closed makes the middleware
+// answer 503 whatever this option says.
+func WithFailureMode(m core.FailureMode) Option { return flow.WithFailureMode(m) }
+
+// WithShadow decides, counts and reports, but never denies: for rolling out
+// a new limit. Requests the limit would deny are served; no rate-limit
+// headers are written, so clients see nothing of the limit yet. Observers
+// (core.WithObserver, through WithLimiterOptions) see the would-be denials
+// with Event.Shadow set.
+func WithShadow() Option { return flow.WithShadow() }
+
+// WithLimiterOptions passes core options to the limiter an algorithm
+// constructor builds, after the ones the middleware sets: an observer
+// (core.WithObserver), a health hook (core.WithHealthHook), the health
+// check (core.WithHealthCheck). New ignores it: configure that limiter
+// yourself.
+func WithLimiterOptions(opts ...core.Option) Option { return flow.WithLimiterOptions(opts...) }
+
+// WithErrorHandler sets the hook that receives decision errors (Redis
+// failures, timeouts) and key errors (wrapping ErrKey). The default logs
+// them with log/slog. f must not write the response.
+func WithErrorHandler(f func(r *http.Request, err error)) Option { return flow.WithErrorHandler(f) }
+
+// WithTimeout bounds each decision, so that a slow or stuck Redis never
+// stalls a request (default DefaultTimeout, 100ms; d <= 0 means the
+// default). The limiter that an algorithm constructor builds waits for Redis
+// at most d (core.WithTimeout), whatever the Redis client's own timeouts,
+// then the failure mode decides (WithFailureMode). With New, the limiter's
+// own core.WithTimeout governs instead.
+func WithTimeout(d time.Duration) Option { return flow.WithTimeout(d) }
+
+// WithMaxDelay bounds how long a LeakyBucket request is held before it
+// proceeds (default DefaultMaxDelay, 5s). A request that would wait longer
+// is denied (429) and takes no place in the bucket: the algorithm
+// constructors build their limiter with core.WithMaxDelay(d), so Redis
+// decides it. (A limiter given to New without core.WithMaxDelay is checked
+// after the decision, when the place is already taken; Retry-After then
+// accounts for it.) d <= 0 holds no request. The request context bounds the
+// hold too: a client that goes away is not served.
+func WithMaxDelay(d time.Duration) Option { return flow.WithMaxDelay(d) }
+
+// WithLimiterFunc chooses the limiter of each request, for example by plan
+// tier. When f returns nil the limiter given to the constructor is used;
+// when there is none either, the request fails with ErrNoLimiter.
+func WithLimiterFunc(f func(*http.Request) *core.Limiter) Option { return flow.WithLimiterFunc(f) }
+
+// WithPrefix sets the Redis key prefix of the limiter that an algorithm
+// constructor builds (default "sluice"). New ignores it: set the prefix on
+// the core.Limiter instead.
+func WithPrefix(prefix string) Option { return flow.WithPrefix(prefix) }
