@@ -8,7 +8,7 @@ GO        ?= go
 FUZZTIME  ?= 30s
 REDIS_PKGS = redis-server redis-tools
 
-.PHONY: test redis vet fuzz bench
+.PHONY: test redis vet fuzz soak bench
 
 test: redis vet
 	$(GO) test -race -count=1 ./...
@@ -51,11 +51,18 @@ fuzz:
 # results section of BENCHMARKS.md. BENCH_QUICK=1 runs only sluice GCRA,
 # redis_rate and ulule at c=1 and c=64, 1s each; BENCH=<regexp> and
 # BENCHTIME=<duration> choose other runs. Those only print, into
-# bench/results-quick.txt.
+# bench/results-quick.txt. BENCHCOUNT=<n> runs each benchmark n times; the
+# report takes the medians.
 bench: redis
 	cd bench && $(GO) test -run '$(if $(BENCH_QUICK)$(BENCH),^$$,^TestMemoryPerKey$$)' \
 		-bench '$(or $(BENCH),$(if $(BENCH_QUICK),^BenchmarkAllow$$/^(sluice_gcra|redis_rate|ulule)$$/^c=(1|64)$$,.))' \
-		-benchtime $(or $(BENCHTIME),$(if $(BENCH_QUICK),1s,2s)) -timeout 30m . 2>&1 \
+		-benchtime $(or $(BENCHTIME),$(if $(BENCH_QUICK),1s,2s)) -count $(or $(BENCHCOUNT),1) -timeout 60m . 2>&1 \
 		| tee $(if $(BENCH_QUICK)$(BENCH),results-quick.txt,results.txt)
 	cd bench && $(GO) run ./cmd/report -in $(if $(BENCH_QUICK)$(BENCH),results-quick.txt,results.txt) \
 		$(if $(BENCH_QUICK)$(BENCH),,-svg chart.svg -md ../BENCHMARKS.md)
+
+# soak runs HTTP load through every middleware for a minute while Redis is
+# killed and restarted twice, and prints what the clients saw. make test runs
+# a six-second version of it.
+soak: redis
+	$(GO) test -run TestSoak -count=1 -v ./internal/soak -args -soak=60s

@@ -15,6 +15,7 @@ type options struct {
 	observer   func(Event)
 	shadow     bool
 	maxDelay   time.Duration // LeakyBucket; negative: no bound
+	denyCache  int           // entries; 0: no cache
 }
 
 func defaultOptions() options {
@@ -23,7 +24,7 @@ func defaultOptions() options {
 		timeout:    defaultTimeout,
 		failure:    FailOpen,
 		failures:   3,
-		maxBackoff: time.Second,
+		maxBackoff: 500 * time.Millisecond,
 		maxDelay:   -1,
 	}
 }
@@ -64,7 +65,7 @@ func WithFailureMode(m FailureMode) Option {
 // consecutive failed decisions (default 3). While unhealthy the limiter
 // stops sending decisions to Redis, decides them by its FailureMode at once,
 // and probes Redis in the background, with pauses growing from 50ms up to
-// maxBackoff (default 1s), until it answers. failures 0 turns this off:
+// maxBackoff (default 500ms), until it answers. failures 0 turns this off:
 // every decision then tries Redis.
 func WithHealthCheck(failures int, maxBackoff time.Duration) Option {
 	return func(o *options) { o.failures, o.maxBackoff = failures, maxBackoff }
@@ -108,4 +109,19 @@ func WithMaxDelay(d time.Duration) Option {
 		}
 		o.maxDelay = d
 	}
+}
+
+// WithDenyCache lets the limiter answer repeated denials itself: once Redis
+// denies n events for a key with RetryAfter d, requests of the same key and
+// cost are denied in-process until d has passed, with RetryAfter and
+// ResetAfter counting down. A flood on a key far above its limit then costs
+// Redis one script per RetryAfter instead of one per request. size bounds
+// the number of keys remembered (0, the default, turns the cache off).
+//
+// The cache is exact for the denied request: nothing but a Reset makes it
+// admissible sooner. What it cannot see is a Reset done by another process
+// (this limiter's Reset clears its own entry) and the refill of the rules
+// that did not deny, whose Remaining it reports as at the denial.
+func WithDenyCache(size int) Option {
+	return func(o *options) { o.denyCache = max(size, 0) }
 }
