@@ -42,6 +42,7 @@ type Limiter struct {
 	health health
 	local  *Local // the twin, for FailLocal
 	batch  *batcher
+	denied *denyCache // nil unless WithDenyCache
 }
 
 // New returns a Limiter of one rule, named after the algorithm.
@@ -94,6 +95,9 @@ func NewPolicy(client redis.UniversalClient, rules []Rule, opts ...Option) (*Lim
 			return l.batch.do(ctx, &call{kind: callPing})
 		},
 	}
+	if o.denyCache > 0 {
+		l.denied = newDenyCache(o.denyCache)
+	}
 	if o.failure == FailLocal {
 		l.local = &Local{rules: compiled, keys: make(map[string][]localState)}
 	}
@@ -138,17 +142,26 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int) (Result, error)
 		return Result{}, err
 	}
 	var start time.Time
-	if l.opts.observer != nil {
+	if l.opts.observer != nil || l.denied != nil {
 		start = time.Now()
 	}
+	if l.denied != nil {
+		if res, ok := l.denied.get(key, n, start); ok {
+			l.observe(Event{Outcome: OutcomeDenied, Rule: res.Rule, Cached: true}, key, n, start)
+			return res, nil
+		}
+	}
 	res, err := l.decide(ctx, key, "1", n)
+	if l.denied != nil && err == nil && !res.Allowed && !l.opts.shadow {
+		l.denied.put(key, n, res, start)
+	}
 	shadow := false
 	if l.opts.shadow && !res.Allowed && err == nil {
 		res.Allowed, res.ShadowDenied, res.RetryAfter = true, true, 0
 		shadow = true
 	}
 	if l.opts.observer != nil {
-		ev := Event{Allowed: res.Allowed, Shadow: shadow, Rule: res.Rule, KeyHash: keyHash(key), N: n, Latency: time.Since(start), Err: err}
+		ev := Event{Allowed: res.Allowed, Shadow: shadow, Rule: res.Rule, Err: err}
 		switch {
 		case err != nil && l.opts.failure == FailLocal:
 			ev.Outcome = OutcomeFallback
@@ -159,9 +172,18 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int) (Result, error)
 		default:
 			ev.Outcome = OutcomeDenied
 		}
-		l.opts.observer(ev)
+		l.observe(ev, key, n, start)
 	}
 	return res, err
+}
+
+// observe completes ev and hands it to the observer, if any.
+func (l *Limiter) observe(ev Event, key string, n int, start time.Time) {
+	if l.opts.observer == nil {
+		return
+	}
+	ev.KeyHash, ev.N, ev.Latency = keyHash(key), n, time.Since(start)
+	l.opts.observer(ev)
 }
 
 // Peek reports what Allow would decide for key right now, without changing
@@ -175,6 +197,9 @@ func (l *Limiter) Peek(ctx context.Context, key string) (Result, error) {
 
 // Reset forgets key under every rule, as if it had never been seen.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
+	if l.denied != nil {
+		l.denied.forget(key)
+	}
 	if l.local != nil {
 		l.local.Reset(key)
 	}

@@ -42,6 +42,9 @@ type Event struct {
 	Allowed bool
 	// Shadow is set in shadow mode when the rules would have denied.
 	Shadow bool
+	// Cached is set when the deny cache answered (WithDenyCache), without
+	// asking Redis.
+	Cached bool
 	// Rule is the name of the deciding rule; empty when Redis could not be
 	// asked and the failure mode was FailOpen or FailClosed.
 	Rule string

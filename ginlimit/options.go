@@ -19,6 +19,9 @@ const (
 	DefaultTimeout = flow.DefaultTimeout
 	// DefaultMaxDelay bounds how long a LeakyBucket request is held (see WithMaxDelay).
 	DefaultMaxDelay = flow.DefaultMaxDelay
+	// DefaultDenyCache is how many denied keys a constructor's limiter
+	// remembers (see WithDenyCache).
+	DefaultDenyCache = flow.DefaultDenyCache
 )
 
 // ErrKey is wrapped by the error reported to the error handler when the key
@@ -104,6 +107,21 @@ func WithFailClosed() Option { return flow.WithFailureMode(core.FailClosed) }
 // (core.WithFailureMode), and one that fails closed makes the middleware
 // answer 503 whatever this option says.
 func WithFailureMode(m core.FailureMode) Option { return flow.WithFailureMode(m) }
+
+// WithDenyCache sets how many denied keys the limiter an algorithm
+// constructor builds remembers (default DefaultDenyCache; 0 turns it off).
+// Once Redis denies a client with Retry-After d, that client's further
+// requests are denied in-process until d has passed, with the same headers
+// counting down, so a client hammering far above its limit costs Redis one
+// script per d instead of one per request (see core.WithDenyCache).
+//
+// It is on by default because a flood on one key is exactly when Redis
+// needs sparing, and the cached answer is the one Redis would give: nothing
+// but a Reset makes a denied request admissible sooner. Turn it off if
+// another process resets keys (an admin unblocking a client) and that must
+// take effect at once rather than within Retry-After. New ignores it: set
+// core.WithDenyCache on that limiter.
+func WithDenyCache(size int) Option { return flow.WithDenyCache(size) }
 
 // WithShadow decides, counts and reports, but never denies: for rolling out
 // a new limit. Requests the limit would deny are served; no rate-limit

@@ -27,6 +27,9 @@ const (
 	DefaultTimeout = 100 * time.Millisecond
 	// DefaultMaxDelay bounds how long a LeakyBucket request is held.
 	DefaultMaxDelay = 5 * time.Second
+	// DefaultDenyCache is how many denied keys the constructors' limiters
+	// remember (core.WithDenyCache).
+	DefaultDenyCache = 10000
 )
 
 // ErrKey is wrapped by the error reported when the key function fails or
@@ -74,6 +77,7 @@ type Config struct {
 	Headers        HeaderMode
 	FailureMode    core.FailureMode
 	Shadow         bool
+	DenyCache      int
 	LimiterOptions []core.Option
 	OnError        func(*http.Request, error)
 	Timeout        time.Duration
@@ -135,6 +139,9 @@ func WithHeaders(m HeaderMode) Option { return func(c *Config) { c.Headers = m }
 // mode of the limiters the algorithm constructors build.
 func WithFailureMode(m core.FailureMode) Option { return func(c *Config) { c.FailureMode = m } }
 
+// WithDenyCache sets the size of the constructors' deny cache; 0 turns it off.
+func WithDenyCache(size int) Option { return func(c *Config) { c.DenyCache = max(size, 0) } }
+
 // WithShadow never denies and writes no rate-limit headers.
 func WithShadow() Option { return func(c *Config) { c.Shadow = true } }
 
@@ -191,12 +198,13 @@ type Flow struct {
 func New[O ~func(*Config)](l *core.Limiter, opts []O) *Flow {
 	peer := keyfunc.RemoteIP()
 	f := &Flow{limiter: l, peer: peer, cfg: Config{
-		Key:      func(r *http.Request, _ any) (string, error) { return peer(r) },
-		Deny:     DenyPlain,
-		OnError:  logError,
-		Timeout:  DefaultTimeout,
-		MaxDelay: DefaultMaxDelay,
-		Sleep:    sleep,
+		Key:       func(r *http.Request, _ any) (string, error) { return peer(r) },
+		Deny:      DenyPlain,
+		OnError:   logError,
+		Timeout:   DefaultTimeout,
+		MaxDelay:  DefaultMaxDelay,
+		DenyCache: DefaultDenyCache,
+		Sleep:     sleep,
 	}}
 	for _, o := range opts {
 		if o != nil {
@@ -216,6 +224,7 @@ func Must[O ~func(*Config)](where string, client redis.UniversalClient, alg core
 		core.WithTimeout(c.Timeout),
 		core.WithFailureMode(c.FailureMode),
 		core.WithMaxDelay(c.MaxDelay),
+		core.WithDenyCache(c.DenyCache),
 	}
 	if c.Prefix != "" {
 		copts = append(copts, core.WithPrefix(c.Prefix))

@@ -1,0 +1,113 @@
+package core
+
+import (
+	"sync"
+	"time"
+)
+
+// denyCache remembers recent denials so that a flood on a denied key is
+// answered in-process instead of by a script per request.
+//
+// When Redis denies n events for a key with RetryAfter d, nothing but a
+// Reset can make n events admissible before d has passed: other instances
+// can only consume more, and every algorithm's RetryAfter is the earliest
+// time the same request fits. So until then the limiter answers a request
+// of the same key and the same n from the cache, with RetryAfter and
+// ResetAfter counted down by the time elapsed. Other costs go to Redis: a
+// larger n may need longer, a smaller one may fit sooner.
+//
+// What the cache cannot see: a Reset made by another process (this
+// limiter's own Reset clears its entry), and Remaining of the rules that
+// did not deny, which refill meanwhile; the cached answer keeps their
+// Remaining as it was at the denial, never higher than the truth.
+type denyCache struct {
+	shards [denyShards]denyShard
+	limit  int // entries per shard
+}
+
+const denyShards = 16
+
+type denyShard struct {
+	mu      sync.RWMutex
+	entries map[string]denyEntry
+}
+
+type denyEntry struct {
+	n     int
+	at    time.Time // when Redis denied (monotonic clock)
+	until time.Time
+	res   Result
+}
+
+func newDenyCache(size int) *denyCache {
+	c := &denyCache{limit: max(size/denyShards, 1)}
+	for i := range c.shards {
+		c.shards[i].entries = make(map[string]denyEntry)
+	}
+	return c
+}
+
+func (c *denyCache) shard(key string) *denyShard {
+	return &c.shards[keyHash(key)%denyShards]
+}
+
+// get returns the cached denial of n events for key, counted down to now.
+func (c *denyCache) get(key string, n int, now time.Time) (Result, bool) {
+	s := c.shard(key)
+	s.mu.RLock()
+	e, ok := s.entries[key]
+	s.mu.RUnlock()
+	if !ok || e.n != n || !now.Before(e.until) {
+		return Result{}, false
+	}
+	elapsed := now.Sub(e.at)
+	res := e.res
+	res.RetryAfter -= elapsed
+	res.ResetAfter = max(res.ResetAfter-elapsed, 0)
+	res.Rules = make([]RuleResult, len(e.res.Rules))
+	for i, rr := range e.res.Rules {
+		rr.RetryAfter = max(rr.RetryAfter-elapsed, 0)
+		rr.ResetAfter = max(rr.ResetAfter-elapsed, 0)
+		res.Rules[i] = rr
+	}
+	return res, true
+}
+
+// put caches a denial of n events for key. now is when the request was
+// sent, not when the answer came: counting down from the earlier time can
+// only end the denial early (one more script), never deny longer than
+// Redis would.
+//
+// A live entry for the same cost is kept, not replaced: callers that reached
+// Redis together get denials a few microseconds apart, and replacing one by
+// another would make RetryAfter jump back up.
+func (c *denyCache) put(key string, n int, res Result, now time.Time) {
+	if res.Allowed || res.RetryAfter <= 0 {
+		return
+	}
+	s := c.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old, ok := s.entries[key]
+	if ok && old.n == n && now.Before(old.until) {
+		return
+	}
+	if !ok && len(s.entries) >= c.limit {
+		for k, e := range s.entries { // make room: drop what has expired
+			if !now.Before(e.until) {
+				delete(s.entries, k)
+			}
+		}
+		if len(s.entries) >= c.limit {
+			return // full of live denials: this one goes to Redis next time
+		}
+	}
+	s.entries[key] = denyEntry{n: n, at: now, until: now.Add(res.RetryAfter), res: res}
+}
+
+func (c *denyCache) forget(key string) {
+	s := c.shard(key)
+	s.mu.Lock()
+	delete(s.entries, key)
+	s.mu.Unlock()
+}

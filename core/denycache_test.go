@@ -1,0 +1,136 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+func TestDenyCacheCountsDown(t *testing.T) {
+	c := newDenyCache(100)
+	t0 := time.Unix(1000, 0)
+	denied := Result{Rule: "r", RetryAfter: 3 * s, ResetAfter: 10 * s, Rules: []RuleResult{
+		{Name: "r", RetryAfter: 3 * s, ResetAfter: 10 * s},
+		{Name: "other", Allowed: true, Remaining: 4, ResetAfter: 500 * ms},
+	}}
+	c.put("k", 1, denied, t0)
+	steps := []struct {
+		at      time.Duration
+		n       int
+		hit     bool
+		retry   time.Duration
+		reset   time.Duration
+		other   time.Duration // the other rule's ResetAfter
+		comment string
+	}{
+		{0, 1, true, 3 * s, 10 * s, 500 * ms, "at once"},
+		{s, 1, true, 2 * s, 9 * s, 0, "counted down, never below 0"},
+		{s, 2, false, 0, 0, 0, "another cost goes to Redis"},
+		{2999 * ms, 1, true, ms, 7001 * ms, 0, "the last millisecond"},
+		{3 * s, 1, false, 0, 0, 0, "expired"},
+	}
+	for _, st := range steps {
+		r, ok := c.get("k", st.n, t0.Add(st.at))
+		if ok != st.hit {
+			t.Fatalf("%s: hit=%v", st.comment, ok)
+		}
+		if ok && (r.Allowed || r.RetryAfter != st.retry || r.ResetAfter != st.reset || r.Rules[0].RetryAfter != st.retry || r.Rules[1].ResetAfter != st.other || r.Rules[1].Remaining != 4) {
+			t.Errorf("%s: %+v", st.comment, r)
+		}
+	}
+	if _, ok := c.get("other-key", 1, t0); ok {
+		t.Error("a key never denied hit the cache")
+	}
+	// The cached Rules are copies: changing an answer changes no other.
+	r1, _ := c.get("k", 1, t0)
+	r1.Rules[0].Name = "changed"
+	if r2, _ := c.get("k", 1, t0); r2.Rules[0].Name != "r" {
+		t.Error("cached results share their Rules")
+	}
+}
+
+func TestDenyCacheIsBounded(t *testing.T) {
+	c := newDenyCache(denyShards) // one entry per shard
+	t0 := time.Unix(1000, 0)
+	denied := Result{RetryAfter: s}
+	for i := 0; i < 1000; i++ {
+		c.put(fmt.Sprint(i), 1, denied, t0)
+	}
+	total := 0
+	for i := range c.shards {
+		total += len(c.shards[i].entries)
+	}
+	if total > denyShards {
+		t.Errorf("%d entries in a cache of %d", total, denyShards)
+	}
+	// Expired entries make room.
+	c.put("late", 1, denied, t0.Add(2*s))
+	if _, ok := c.get("late", 1, t0.Add(2*s)); !ok {
+		t.Error("an expired entry did not make room")
+	}
+}
+
+// A flood far above the limit sends at most 0.05 scripts per request.
+func TestDenyCacheSparesRedis(t *testing.T) {
+	c := redistest.Client(t)
+	var mu sync.Mutex
+	scripts, cached := 0, 0
+	lim := newOn(t, c, TokenBucket, PerMinute(10), WithPrefix(fmt.Sprintf("flood-%d", time.Now().UnixNano())),
+		WithDenyCache(1000), WithObserver(func(e Event) {
+			mu.Lock()
+			defer mu.Unlock()
+			if e.Cached {
+				cached++
+			} else {
+				scripts++
+			}
+		}))
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	var last sync.Map
+	for g := 0; g < 20; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			prev := time.Hour
+			for i := 0; i < 100; i++ {
+				r, err := lim.Allow(ctx, "flooded")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if !r.Allowed {
+					if r.RetryAfter <= 0 || r.RetryAfter > prev {
+						t.Errorf("RetryAfter %s after %s: not counting down", r.RetryAfter, prev)
+					}
+					prev = r.RetryAfter
+				}
+			}
+			last.Store(g, prev)
+		}(g)
+	}
+	wg.Wait()
+	requests := scripts + cached
+	if requests != 2000 {
+		t.Fatalf("%d events for 2000 requests", requests)
+	}
+	if ratio := float64(scripts) / float64(requests); ratio > 0.05 {
+		t.Errorf("%d scripts for %d requests (%.3f per request), want at most 0.05", scripts, requests, ratio)
+	}
+	t.Logf("flood of 2000 requests on one key (10/min): %d scripts, %d answered from the deny cache", scripts, cached)
+
+	// Another cost asks Redis; Reset forgets the denial.
+	if r, _ := lim.AllowN(ctx, "flooded", 2); r.Allowed {
+		t.Error("cost 2 admitted")
+	}
+	if err := lim.Reset(ctx, "flooded"); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := lim.Allow(ctx, "flooded"); !r.Allowed || r.Remaining != 9 {
+		t.Errorf("after Reset: %+v", r)
+	}
+}
