@@ -170,20 +170,6 @@ func TestShadowAndObserver(t *testing.T) {
 	}
 }
 
-func TestObserverCostsNothingWhenUnset(t *testing.T) {
-	_, client := newClock(t)
-	lim := newOn(t, client, GCRA, PerSecond(1000))
-	ctx := context.Background()
-	lim.Allow(ctx, "k") // load the script
-	with := newOn(t, client, GCRA, PerSecond(1000), WithObserver(func(Event) {}))
-	with.Allow(ctx, "k")
-	a := testing.AllocsPerRun(50, func() { lim.Allow(ctx, "k") })
-	b := testing.AllocsPerRun(50, func() { with.Allow(ctx, "k") })
-	if a > b {
-		t.Errorf("without an observer %v allocs, with one %v", a, b)
-	}
-}
-
 func TestWaitWithFailLocal(t *testing.T) {
 	lim := newOn(t, deadRedis(t), TokenBucket, Limit{Rate: 1, Period: 20 * time.Millisecond}, WithFailureMode(FailLocal))
 	for i := 0; i < 3; i++ {

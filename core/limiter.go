@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -43,6 +44,8 @@ type Limiter struct {
 	local  *Local // the twin, for FailLocal
 	batch  *batcher
 	denied *denyCache // nil unless WithDenyCache
+
+	suffixes []string // per rule: "}:<fingerprint>:<index>", the end of its Redis key
 }
 
 // New returns a Limiter of one rule, named after the algorithm.
@@ -91,9 +94,10 @@ func NewPolicy(client redis.UniversalClient, rules []Rule, opts ...Option) (*Lim
 		threshold:  o.failures,
 		maxBackoff: o.maxBackoff,
 		hook:       o.onHealth,
-		probe: func(ctx context.Context) error {
-			return l.batch.do(ctx, &call{kind: callPing})
-		},
+		probe:      l.ping,
+	}
+	for i := range compiled {
+		l.suffixes = append(l.suffixes, "}:"+l.fp+":"+strconv.Itoa(i))
 	}
 	if o.denyCache > 0 {
 		l.denied = newDenyCache(o.denyCache)
@@ -203,9 +207,25 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if l.local != nil {
 		l.local.Reset(key)
 	}
-	ctx, cancel := l.withTimeout(ctx)
-	defer cancel()
-	return l.batch.do(ctx, &call{kind: callDel, keys: l.keys(key)})
+	c := getCall(callDel)
+	c.keys = l.appendKeys(c.keys, key)
+	if answered, err := l.batch.do(ctx, l.opts.timeout, c); !answered {
+		return err
+	}
+	err := c.err
+	putCall(c)
+	return err
+}
+
+// ping is the health probe: a PING through the batcher.
+func (l *Limiter) ping(ctx context.Context) error {
+	c := getCall(callPing)
+	if answered, err := l.batch.do(ctx, 0, c); !answered {
+		return err
+	}
+	err := c.err
+	putCall(c)
+	return err
 }
 
 // decide asks Redis, or the failure mode when Redis cannot be asked.
@@ -213,9 +233,7 @@ func (l *Limiter) decide(ctx context.Context, key, mode string, n int) (Result, 
 	if l.health.unhealthy() {
 		return l.fallback(key, mode, n, l.health.err())
 	}
-	tctx, cancel := l.withTimeout(ctx)
-	res, err := l.run(tctx, key, mode, n)
-	cancel()
+	res, err := l.run(ctx, key, mode, n)
 	if err == nil {
 		l.health.success()
 		return res, nil
@@ -241,16 +259,6 @@ func (l *Limiter) fallback(key, mode string, n int, err error) (Result, error) {
 	}
 	r := l.rules[0]
 	return Result{Allowed: l.opts.failure == FailOpen, Limit: r.Limit, Rule: r.Name}, err
-}
-
-func (l *Limiter) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
-	if l.opts.timeout <= 0 {
-		return ctx, func() {}
-	}
-	if d, ok := ctx.Deadline(); ok && time.Until(d) <= l.opts.timeout {
-		return ctx, func() {}
-	}
-	return context.WithTimeout(ctx, l.opts.timeout)
 }
 
 // Wait blocks until one event for key is admitted; it is WaitN(ctx, key, 1).

@@ -31,22 +31,52 @@ type batcher struct {
 
 	mu      sync.Mutex
 	pending []*call
+	spare   []*call // an emptied batch, reused as the next pending slice
 	active  int
 }
 
 // call is one queued command: the policy script (EVALSHA, EVAL on NOSCRIPT),
 // a DEL of keys (Reset) or a PING (the health probe).
+//
+// Calls are pooled. The flusher touches a call until it signals done, and
+// never after; so a caller that received done may put its call back. A
+// caller that gave up may not: the flusher may still be using it.
 type call struct {
 	kind callKind
 	keys []string
 	args []interface{}
 
-	deadline  time.Time // the caller's; zero when it has none
-	done      chan struct{}
+	deadline  time.Time     // when the caller stops waiting; zero: never
+	done      chan struct{} // buffered: the flusher signals once per use
 	res       []int64
 	err       error
 	abandoned atomic.Bool
 }
+
+var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
+
+// getCall returns an empty call of kind k.
+func getCall(k callKind) *call {
+	c := callPool.Get().(*call)
+	c.kind = k
+	c.keys, c.args = c.keys[:0], c.args[:0]
+	c.res, c.err = nil, nil
+	c.abandoned.Store(false)
+	return c
+}
+
+// putCall returns a call whose done signal its caller has received.
+func putCall(c *call) {
+	c.res = nil
+	clear(c.args) // let go of the boxed arguments
+	callPool.Put(c)
+}
+
+var timerPool = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}}
 
 type callKind uint8
 
@@ -60,10 +90,17 @@ func newBatcher(client redis.UniversalClient) *batcher {
 	return &batcher{client: client, flushers: 2, maxBatch: 512, execLimit: 30 * time.Second}
 }
 
-// do queues c and waits until it is answered or ctx is done.
-func (b *batcher) do(ctx context.Context, c *call) error {
-	c.done = make(chan struct{})
-	c.deadline, _ = ctx.Deadline()
+// do queues c and waits until it is answered, ctx is done, or timeout has
+// passed (timeout <= 0: no bound but ctx's). It reports whether c was
+// answered; when it was not, the caller must not reuse c.
+func (b *batcher) do(ctx context.Context, timeout time.Duration, c *call) (answered bool, err error) {
+	c.deadline = time.Time{}
+	if timeout > 0 {
+		c.deadline = time.Now().Add(timeout)
+	}
+	if d, ok := ctx.Deadline(); ok && (c.deadline.IsZero() || d.Before(c.deadline)) {
+		c.deadline = d
+	}
 	b.mu.Lock()
 	b.pending = append(b.pending, c)
 	start := b.active < b.flushers
@@ -74,19 +111,35 @@ func (b *batcher) do(ctx context.Context, c *call) error {
 	if start {
 		go b.flush()
 	}
+	var expired <-chan time.Time
+	if !c.deadline.IsZero() {
+		t := timerPool.Get().(*time.Timer)
+		t.Reset(time.Until(c.deadline))
+		defer func() { t.Stop(); timerPool.Put(t) }()
+		expired = t.C
+	}
 	select {
 	case <-c.done:
-		return c.err
+		return true, c.err
+	case <-expired:
+		c.abandoned.Store(true)
+		return false, context.DeadlineExceeded
 	case <-ctx.Done():
 		c.abandoned.Store(true)
-		return ctx.Err()
+		return false, ctx.Err()
 	}
 }
 
 // flush sends batches until the queue is empty.
 func (b *batcher) flush() {
+	ctx := &execContext{}
+	var done []*call // the batch just sent, to give back as spare
 	for {
 		b.mu.Lock()
+		if done != nil && b.spare == nil {
+			clear(done)
+			b.spare = done[:0]
+		}
 		if len(b.pending) == 0 {
 			b.active--
 			b.mu.Unlock()
@@ -96,12 +149,30 @@ func (b *batcher) flush() {
 		if len(batch) > b.maxBatch {
 			batch = batch[:b.maxBatch:b.maxBatch]
 			b.pending = b.pending[b.maxBatch:]
+			done = nil // a window into pending: not reusable
 		} else {
-			b.pending = nil
+			b.pending, b.spare = b.spare, nil
+			done = batch
 		}
 		b.mu.Unlock()
-		b.exec(batch)
+		b.exec(ctx, batch)
 	}
+}
+
+// execContext is the context of one flusher's pipelines: only a deadline,
+// reused from batch to batch, so sending a batch allocates no context and
+// no timer. go-redis reads the deadline to give up dialling and waiting for
+// a connection; Done is nil, as for context.Background.
+type execContext struct{ deadline time.Time }
+
+func (c *execContext) Deadline() (time.Time, bool) { return c.deadline, true }
+func (c *execContext) Done() <-chan struct{}       { return nil }
+func (c *execContext) Value(any) any               { return nil }
+func (c *execContext) Err() error {
+	if time.Now().After(c.deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // exec sends one batch as a pipeline and answers every call in it. Errors
@@ -111,7 +182,7 @@ func (b *batcher) flush() {
 // go-redis then stops dialling or waiting for a connection, so a decision
 // nobody waits for any more is not sent late (say, to a Redis that has just
 // restarted) to consume quota for a request long gone.
-func (b *batcher) exec(batch []*call) {
+func (b *batcher) exec(ctx *execContext, batch []*call) {
 	deadline := time.Now().Add(b.execLimit)
 	latest := time.Time{}
 	for _, c := range batch {
@@ -126,8 +197,7 @@ func (b *batcher) exec(batch []*call) {
 	if latest.After(deadline) {
 		latest = deadline
 	}
-	ctx, cancel := context.WithDeadline(context.Background(), latest)
-	defer cancel()
+	ctx.deadline = latest
 	cmds := make([]redis.Cmder, len(batch))
 	pipe := b.client.Pipeline()
 	sent := 0
@@ -171,7 +241,7 @@ func (b *batcher) exec(batch []*call) {
 		default:
 			c.err = cmd.Err()
 		}
-		close(c.done)
+		c.done <- struct{}{} // the last touch of c
 	}
 }
 

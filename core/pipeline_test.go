@@ -84,13 +84,15 @@ func TestAbandonedCallsAreNotSent(t *testing.T) {
 	cancel()
 	key := fmt.Sprintf("abandoned-%d", time.Now().UnixNano())
 	lim := newOn(t, c, GCRA, PerMinute(1))
-	err := b.do(ctx, &call{keys: []string{key}, args: lim.args("1", 1)})
-	if err != context.Canceled {
+	c1 := getCall(callScript)
+	c1.keys, c1.args = []string{key}, lim.args("1", 1)
+	answered, err := b.do(ctx, 0, c1)
+	if answered || err != context.Canceled {
 		t.Fatalf("got %v", err)
 	}
 	b.flushers = 1
 	done := make(chan struct{})
-	go func() { b.do(context.Background(), &call{kind: callPing}); close(done) }()
+	go func() { b.do(context.Background(), 0, getCall(callPing)); close(done) }()
 	<-done
 	if n := c.Exists(context.Background(), key).Val(); n != 0 {
 		t.Error("an abandoned call was executed")

@@ -31,30 +31,67 @@ func storedKey(key string) string {
 // "<prefix>:{<stored key>}:<fingerprint>:<rule index>". The braces make the
 // stored key the hash tag, so all of them share one Redis Cluster slot.
 func (l *Limiter) keys(key string) []string {
-	base := l.prefix + ":{" + storedKey(key) + "}:" + l.fp + ":"
-	keys := make([]string, len(l.rules))
-	for i := range l.rules {
-		keys[i] = base + strconv.Itoa(i)
-	}
-	return keys
+	return l.appendKeys(nil, key)
 }
 
-// args returns the script's ARGV for mode ("1" consume, "0" peek) and n.
+// appendKeys appends the Redis keys of key to dst: one allocation per rule.
+func (l *Limiter) appendKeys(dst []string, key string) []string {
+	stored := storedKey(key)
+	for i := range l.rules {
+		dst = append(dst, l.prefix+":{"+stored+l.suffixes[i])
+	}
+	return dst
+}
+
+// costArgs holds small costs already boxed as script arguments, so the hot
+// path does not allocate to pass n.
+var costArgs = func() (a [65]interface{}) {
+	for i := range a {
+		a[i] = strconv.Itoa(i)
+	}
+	return a
+}()
+
+// appendArgs appends the script's ARGV for mode ("1" consume, "0" peek) and
+// n to dst.
+func (l *Limiter) appendArgs(dst []interface{}, mode string, n int) []interface{} {
+	var cost interface{}
+	if n < len(costArgs) {
+		cost = costArgs[n]
+	} else {
+		cost = strconv.Itoa(n)
+	}
+	if mode == "1" {
+		dst = append(dst, "1", cost)
+	} else {
+		dst = append(dst, "0", cost)
+	}
+	for i := range l.rules {
+		dst = append(dst, l.rules[i].args...)
+	}
+	return dst
+}
+
+// args returns the script's ARGV for mode and n.
 func (l *Limiter) args(mode string, n int) []interface{} {
-	args := make([]interface{}, 0, 2+argsPerRule*len(l.rules))
-	args = append(args, mode, strconv.Itoa(n))
-	for i := range l.rules {
-		args = append(args, l.rules[i].args...)
-	}
-	return args
+	return l.appendArgs(make([]interface{}, 0, 2+argsPerRule*len(l.rules)), mode, n)
 }
 
+// run decides key by the script, in the limiter's batcher, within the
+// limiter's timeout.
 func (l *Limiter) run(ctx context.Context, key, mode string, n int) (Result, error) {
-	c := &call{keys: l.keys(key), args: l.args(mode, n)}
-	if err := l.batch.do(ctx, c); err != nil {
-		return Result{}, err
+	c := getCall(callScript)
+	c.keys = l.appendKeys(c.keys, key)
+	c.args = l.appendArgs(c.args, mode, n)
+	answered, err := l.batch.do(ctx, l.opts.timeout, c)
+	if !answered {
+		return Result{}, err // c may still be in a pipeline: not reused
 	}
 	v := c.res
+	putCall(c)
+	if err != nil {
+		return Result{}, err
+	}
 	if len(v) != 1+5*len(l.rules) {
 		return Result{}, fmt.Errorf("sluice: unexpected script reply of %d values", len(v))
 	}

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -188,9 +189,25 @@ func WithPrefix(p string) Option { return func(c *Config) { c.Prefix = p } }
 
 // Flow runs the request flow of one middleware. It is safe for concurrent use.
 type Flow struct {
-	cfg     Config
-	limiter *core.Limiter
-	peer    keyfunc.Func // the fallback key
+	cfg      Config
+	limiter  *core.Limiter
+	peer     keyfunc.Func // the fallback key
+	policies sync.Map     // *core.Limiter → its RateLimit-Policy value
+}
+
+// policy returns the RateLimit-Policy value of l, formatted once per
+// limiter: it depends only on the rules. A Result without rules (a failure
+// mode's) gets "", formatted from the Result.
+func (f *Flow) policy(l *core.Limiter, res core.Result) string {
+	if len(res.Rules) == 0 {
+		return ""
+	}
+	if v, ok := f.policies.Load(l); ok {
+		return v.(string)
+	}
+	p := Policy(res.Rules)
+	f.policies.Store(l, p)
+	return p
 }
 
 // New returns the flow of limiter l (which may be nil when a limiter
@@ -302,7 +319,7 @@ func (f *Flow) Admit(w http.ResponseWriter, r *http.Request, rc any) bool {
 	if res.Allowed && res.Delay > c.MaxDelay {
 		res = overDelay(res, c.MaxDelay)
 	}
-	setHeaders(w.Header(), c.Headers, res, time.Now())
+	setHeaders(w.Header(), c.Headers, res, f.policy(l, res), time.Now())
 	if !res.Allowed {
 		w.Header().Set(headerRetryAfter, itoa(RetryAfterSeconds(res)))
 		c.Deny(w, r, res)

@@ -84,7 +84,7 @@ func TestLegacyHeaders(t *testing.T) {
 	rr.Remaining, rr.ResetAfter = 4, 29*time.Second
 	res := core.Result{Allowed: true, Limit: rr.Limit, Rule: "a", Remaining: 4, ResetAfter: time.Hour, Rules: []core.RuleResult{rr}}
 	h := http.Header{}
-	setHeaders(h, HeadersLegacy, res, now)
+	setHeaders(h, HeadersLegacy, res, "", now)
 	// reset: now + the deciding rule's 29s = ...029.25, rounded up
 	for k, want := range map[string]string{
 		"X-RateLimit-Limit": "10", "X-RateLimit-Remaining": "4", "X-RateLimit-Reset": "1700000030",

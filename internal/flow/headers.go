@@ -19,13 +19,29 @@ const (
 	headerRetryAfter = "Retry-After"
 )
 
-// setHeaders writes the rate-limit headers of res in mode m. now is used
-// only for the epoch seconds of X-RateLimit-Reset.
-func setHeaders(h http.Header, m HeaderMode, res core.Result, now time.Time) {
+// The canonical forms of the draft's names, computed once: writing them
+// into the header map directly spares canonicalising them, an allocation
+// each, on every response.
+var (
+	keyPolicy    = http.CanonicalHeaderKey(headerPolicy)
+	keyRateLimit = http.CanonicalHeaderKey(headerRateLimit)
+)
+
+// setHeaders writes the rate-limit headers of res in mode m. policy is the
+// RateLimit-Policy value of the limiter that decided ("" to format it from
+// res). now is used only for the epoch seconds of X-RateLimit-Reset.
+//
+// The draft headers cost two allocations: the RateLimit value and one
+// backing array for both values.
+func setHeaders(h http.Header, m HeaderMode, res core.Result, policy string, now time.Time) {
 	if m == HeadersDraft || m == HeadersBoth {
 		rules := ruleResults(res)
-		h.Set(headerPolicy, Policy(rules))
-		h.Set(headerRateLimit, RateLimit(rules))
+		if policy == "" {
+			policy = Policy(rules)
+		}
+		vals := []string{policy, RateLimit(rules)}
+		h[keyPolicy] = vals[0:1:1]
+		h[keyRateLimit] = vals[1:2:2]
 	}
 	if m == HeadersLegacy || m == HeadersBoth {
 		reset := res.ResetAfter
