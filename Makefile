@@ -8,14 +8,22 @@ GO        ?= go
 FUZZTIME  ?= 30s
 REDIS_PKGS = redis-server redis-tools
 
-.PHONY: test redis vet fuzz soak bench
+.PHONY: test redis vet observability fuzz soak bench
 
-test: redis vet
+test: redis vet observability
 	$(GO) test -race -count=1 ./...
+	@# allocation budgets: counts mean nothing under -race, so once more without it
+	$(GO) test -count=1 -run 'Alloc' ./...
 
 vet:
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 	$(GO) vet ./...
+
+# observability vets and tests examples/observability, a module of its own
+# so that Prometheus and OpenTelemetry stay out of the main module's go.mod.
+# Its tests run on miniredis: no redis-server needed.
+observability:
+	cd examples/observability && $(GO) vet ./... && $(GO) test -race -count=1 ./...
 
 # redis installs redis-server and redis-cli with apt-get when missing.
 redis:

@@ -45,8 +45,9 @@ type Event struct {
 	// Cached is set when the deny cache answered (WithDenyCache), without
 	// asking Redis.
 	Cached bool
-	// Rule is the name of the deciding rule; empty when Redis could not be
-	// asked and the failure mode was FailOpen or FailClosed.
+	// Rule is the name of the deciding rule. When Redis could not be asked
+	// and FailOpen or FailClosed decided, no rule did: it is then the
+	// policy's first rule, as in the Result.
 	Rule string
 	// KeyHash is the 64-bit FNV-1a hash of the user key.
 	KeyHash uint64
