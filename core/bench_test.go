@@ -51,6 +51,24 @@ func BenchmarkAllow(b *testing.B) {
 	})
 }
 
+// BenchmarkAllowInline is BenchmarkAllow/gcra with a client that enforces
+// context deadlines (ContextTimeoutEnabled): a lone caller sends its own
+// call, with no handoff to a flusher.
+func BenchmarkAllowInline(b *testing.B) {
+	opt := redistest.Options(b)
+	opt.ContextTimeoutEnabled = true
+	c := redis.NewClient(opt)
+	defer c.Close()
+	ctx := context.Background()
+	lim := newBench(b, c, []Rule{{Name: "r", Algorithm: GCRA, Limit: PerHour(1 << 30)}})
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		if _, err := lim.Allow(ctx, benchKeys[i%len(benchKeys)]); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkAllowParallel measures throughput with many concurrent callers,
 // where decisions share pipelines.
 func BenchmarkAllowParallel(b *testing.B) {

@@ -23,11 +23,18 @@ import (
 // deadline holds whatever the client's own timeouts are (go-redis ignores
 // context deadlines on reads unless ContextTimeoutEnabled is set). A call
 // abandoned before its pipeline is built is never sent.
+//
+// When the client does enforce context deadlines (ContextTimeoutEnabled),
+// a caller that finds nothing in flight sends its call itself, from its own
+// goroutine: the deadline holds just the same, and a lone caller is spared
+// the handoff to a flusher and back. Callers arriving meanwhile queue for a
+// flusher as usual.
 type batcher struct {
 	client    redis.UniversalClient
 	flushers  int // pipelines allowed in flight at once
 	maxBatch  int
 	execLimit time.Duration // bound of one pipeline's context
+	inline    bool          // the client enforces context deadlines
 
 	mu      sync.Mutex
 	pending []*call
@@ -48,6 +55,7 @@ type call struct {
 
 	deadline  time.Time     // when the caller stops waiting; zero: never
 	done      chan struct{} // buffered: the flusher signals once per use
+	ctx       execContext   // the inline path's context
 	res       []int64
 	err       error
 	abandoned atomic.Bool
@@ -87,7 +95,21 @@ const (
 )
 
 func newBatcher(client redis.UniversalClient) *batcher {
-	return &batcher{client: client, flushers: 2, maxBatch: 512, execLimit: 30 * time.Second}
+	return &batcher{client: client, flushers: 2, maxBatch: 512, execLimit: 30 * time.Second, inline: enforcesDeadlines(client)}
+}
+
+// enforcesDeadlines reports whether go-redis itself ends a command at its
+// context's deadline.
+func enforcesDeadlines(client redis.UniversalClient) bool {
+	switch c := client.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
 }
 
 // do queues c and waits until it is answered, ctx is done, or timeout has
@@ -102,6 +124,11 @@ func (b *batcher) do(ctx context.Context, timeout time.Duration, c *call) (answe
 		c.deadline = d
 	}
 	b.mu.Lock()
+	if b.inline && b.active == 0 && !c.deadline.IsZero() {
+		b.active++ // callers arriving meanwhile queue behind this one
+		b.mu.Unlock()
+		return b.sendInline(c)
+	}
 	b.pending = append(b.pending, c)
 	start := b.active < b.flushers
 	if start {
@@ -128,6 +155,36 @@ func (b *batcher) do(ctx context.Context, timeout time.Duration, c *call) (answe
 		c.abandoned.Store(true)
 		return false, ctx.Err()
 	}
+}
+
+// sendInline sends c alone from the caller's goroutine, as a plain command
+// (no pipeline): go-redis ends it at c's deadline. Then it hands what queued
+// meanwhile to a flusher.
+func (b *batcher) sendInline(c *call) (bool, error) {
+	c.ctx.deadline = c.deadline
+	ctx := &c.ctx
+	switch c.kind {
+	case callScript:
+		cmd := b.client.EvalSha(ctx, policyScript.Hash(), c.keys, c.args...)
+		if isNoScript(cmd.Err()) {
+			cmd = b.client.Eval(ctx, scriptSrc, c.keys, c.args...)
+		}
+		c.res, c.err = cmd.Int64Slice()
+	case callDel:
+		c.err = b.client.Del(ctx, c.keys...).Err()
+	case callPing:
+		c.err = b.client.Ping(ctx).Err()
+	}
+	b.mu.Lock()
+	start := len(b.pending) > 0
+	if !start {
+		b.active--
+	}
+	b.mu.Unlock()
+	if start {
+		go b.flush() // takes over this caller's place in active
+	}
+	return true, c.err
 }
 
 // flush sends batches until the queue is empty.

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -96,5 +97,49 @@ func TestAbandonedCallsAreNotSent(t *testing.T) {
 	<-done
 	if n := c.Exists(context.Background(), key).Val(); n != 0 {
 		t.Error("an abandoned call was executed")
+	}
+}
+
+// With a client that enforces context deadlines, a lone caller sends its
+// own call; concurrent callers still share pipelines, each with its own
+// answer, and a hung Redis still costs a caller no more than its timeout.
+func TestInlineSend(t *testing.T) {
+	opt := redistest.Options(t)
+	opt.ContextTimeoutEnabled = true
+	c := redis.NewClient(opt)
+	defer c.Close()
+	lim := newOn(t, c, TokenBucket, PerHour(200), WithPrefix(fmt.Sprintf("inline-%d", time.Now().UnixNano())))
+	if !lim.batch.inline {
+		t.Fatal("ContextTimeoutEnabled not detected")
+	}
+	ctx := context.Background()
+	if r, err := lim.Allow(ctx, "lone"); err != nil || r.Remaining != 199 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	// A lone call after the scripts are gone falls back to EVAL.
+	if err := c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := lim.Allow(ctx, "lone"); err != nil || r.Remaining != 198 {
+		t.Fatalf("after SCRIPT FLUSH: %+v %v", r, err)
+	}
+	var wg sync.WaitGroup
+	for i := 1; i <= 200; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			key := fmt.Sprintf("caller-%d", i)
+			if r, err := lim.AllowN(ctx, key, i); err != nil || r.Remaining != 200-i {
+				t.Errorf("%s cost %d: %+v %v", key, i, r, err)
+			}
+		}(i)
+	}
+	wg.Wait()
+
+	stuck := redis.NewClient(&redis.Options{Addr: redistest.StuckServer(t), ContextTimeoutEnabled: true, MaxRetries: -1, ReadTimeout: time.Minute})
+	defer stuck.Close()
+	hung := newOn(t, stuck, GCRA, PerSecond(1), WithTimeout(50*time.Millisecond), WithFailureMode(FailClosed))
+	if r, err := hung.Allow(ctx, "k"); err == nil || r.Allowed {
+		t.Errorf("hung Redis: %+v %v; want a timely denial with the error", r, err)
 	}
 }
