@@ -89,7 +89,7 @@ func NewPolicy(client redis.UniversalClient, rules []Rule, opts ...Option) (*Lim
 			compiled[i].withMaxDelay(o.maxDelay)
 		}
 	}
-	l := &Limiter{client: client, rules: compiled, prefix: o.prefix, fp: fingerprint(compiled), opts: o, batch: newBatcher(client)}
+	l := &Limiter{client: client, rules: compiled, prefix: o.prefix, fp: fingerprint(compiled), opts: o, batch: newBatcher(client, len(compiled), ruleArgs(compiled))}
 	l.health = health{
 		threshold:  o.failures,
 		maxBackoff: o.maxBackoff,
@@ -208,7 +208,7 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 		l.local.Reset(key)
 	}
 	c := getCall(callDel)
-	c.keys = l.appendKeys(c.keys, key)
+	c.keys = l.appendKeys(c.keys, storedKey(key))
 	if answered, err := l.batch.do(ctx, l.opts.timeout, c); !answered {
 		return err
 	}

@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -35,11 +36,48 @@ type batcher struct {
 	maxBatch  int
 	execLimit time.Duration // bound of one pipeline's context
 	inline    bool          // the client enforces context deadlines
+	grouping  grouping      // which decisions may share a script call
+	rules     int           // keys per decision
+	ruleArgs  []interface{} // the script arguments every decision shares
 
 	mu      sync.Mutex
 	pending []*call
 	spare   []*call // an emptied batch, reused as the next pending slice
 	active  int
+	scratch []*execScratch // idle flushers' scratch, reused by the next
+}
+
+// execScratch is what a flusher needs to send batches, kept from one
+// flusher to the next so that sending a batch allocates nothing of ours.
+type execScratch struct {
+	ctx    execContext
+	groups []*scriptGroup // groups[:used] are in use for the current batch
+	used   int
+	bySlot map[int]*scriptGroup
+	others []redis.Cmder
+}
+
+// group returns an empty group of the current batch.
+func (x *execScratch) group() *scriptGroup {
+	if x.used == len(x.groups) {
+		x.groups = append(x.groups, &scriptGroup{})
+	}
+	g := x.groups[x.used]
+	x.used++
+	g.calls, g.keys, g.args, g.cmd = g.calls[:0], g.keys[:0], g.args[:0], nil
+	return g
+}
+
+// reset lets go of everything the last batch held.
+func (x *execScratch) reset() {
+	for _, g := range x.groups[:x.used] {
+		clear(g.calls)
+		clear(g.args)
+		g.cmd = nil
+	}
+	x.used = 0
+	clear(x.bySlot)
+	clear(x.others)
 }
 
 // call is one queued command: the policy script (EVALSHA, EVAL on NOSCRIPT),
@@ -50,8 +88,11 @@ type batcher struct {
 // caller that gave up may not: the flusher may still be using it.
 type call struct {
 	kind callKind
-	keys []string
-	args []interface{}
+	keys []string      // the request's keys, one per rule
+	args []interface{} // the request's own arguments: mode and cost
+	slot int           // the Redis Cluster slot of its keys, when grouped by slot
+
+	scratch []interface{} // the inline path's full argument list
 
 	deadline  time.Time     // when the caller stops waiting; zero: never
 	done      chan struct{} // buffered: the flusher signals once per use
@@ -68,14 +109,15 @@ func getCall(k callKind) *call {
 	c := callPool.Get().(*call)
 	c.kind = k
 	c.keys, c.args = c.keys[:0], c.args[:0]
-	c.res, c.err = nil, nil
+	c.res, c.err = c.res[:0], nil
 	c.abandoned.Store(false)
 	return c
 }
 
-// putCall returns a call whose done signal its caller has received.
+// putCall returns a call whose done signal its caller has received, and
+// whose reply the caller has finished reading.
 func putCall(c *call) {
-	c.res = nil
+	c.res = c.res[:0]
 	clear(c.args) // let go of the boxed arguments
 	callPool.Put(c)
 }
@@ -94,8 +136,26 @@ const (
 	callPing
 )
 
-func newBatcher(client redis.UniversalClient) *batcher {
-	return &batcher{client: client, flushers: 2, maxBatch: 512, execLimit: 30 * time.Second, inline: enforcesDeadlines(client)}
+// grouping says which decisions of a batch may share one script call: a
+// script may only touch keys of one node (of one slot, on a cluster).
+type grouping uint8
+
+const (
+	groupAll  grouping = iota // one server (a Client, also with Sentinel): all together
+	groupSlot                 // a ClusterClient: by hash slot
+	groupNone                 // a Ring or another client: each alone
+)
+
+func newBatcher(client redis.UniversalClient, rules int, ruleArgs []interface{}) *batcher {
+	b := &batcher{client: client, flushers: 2, maxBatch: 512, execLimit: 30 * time.Second,
+		inline: enforcesDeadlines(client), rules: rules, ruleArgs: ruleArgs, grouping: groupNone}
+	switch client.(type) {
+	case *redis.Client:
+		b.grouping = groupAll
+	case *redis.ClusterClient:
+		b.grouping = groupSlot
+	}
+	return b
 }
 
 // enforcesDeadlines reports whether go-redis itself ends a command at its
@@ -165,11 +225,21 @@ func (b *batcher) sendInline(c *call) (bool, error) {
 	ctx := &c.ctx
 	switch c.kind {
 	case callScript:
-		cmd := b.client.EvalSha(ctx, policyScript.Hash(), c.keys, c.args...)
+		args := append(append(c.scratch[:0], b.ruleArgs...), c.args...)
+		cmd := b.client.EvalSha(ctx, policyScript.Hash(), c.keys, args...)
 		if isNoScript(cmd.Err()) {
-			cmd = b.client.Eval(ctx, scriptSrc, c.keys, c.args...)
+			cmd = b.client.Eval(ctx, scriptSrc, c.keys, args...)
 		}
-		c.res, c.err = cmd.Int64Slice()
+		clear(args)
+		c.scratch = args[:0]
+		var replies []interface{}
+		if replies, c.err = cmd.Slice(); c.err == nil {
+			if len(replies) == 1 {
+				c.res, c.err = parseReply(replies[0], c.res[:0])
+			} else {
+				c.err = fmt.Errorf("sluice: script answered %d replies for 1 request", len(replies))
+			}
+		}
 	case callDel:
 		c.err = b.client.Del(ctx, c.keys...).Err()
 	case callPing:
@@ -189,16 +259,24 @@ func (b *batcher) sendInline(c *call) (bool, error) {
 
 // flush sends batches until the queue is empty.
 func (b *batcher) flush() {
-	ctx := &execContext{}
+	var x *execScratch
 	var done []*call // the batch just sent, to give back as spare
 	for {
 		b.mu.Lock()
+		if x == nil {
+			if n := len(b.scratch); n > 0 {
+				x, b.scratch = b.scratch[n-1], b.scratch[:n-1]
+			} else {
+				x = &execScratch{}
+			}
+		}
 		if done != nil && b.spare == nil {
 			clear(done)
 			b.spare = done[:0]
 		}
 		if len(b.pending) == 0 {
 			b.active--
+			b.scratch = append(b.scratch, x)
 			b.mu.Unlock()
 			return
 		}
@@ -212,7 +290,7 @@ func (b *batcher) flush() {
 			done = batch
 		}
 		b.mu.Unlock()
-		b.exec(ctx, batch)
+		b.exec(x, batch)
 	}
 }
 
@@ -232,14 +310,20 @@ func (c *execContext) Err() error {
 	return nil
 }
 
-// exec sends one batch as a pipeline and answers every call in it. Errors
-// are per call: one call's error never fails another.
+// exec sends one batch and answers every call in it. The decisions of a
+// batch travel in as few script calls as the client allows (see grouping):
+// one script call decides many requests, each all or nothing and in order,
+// so Redis pays the cost of starting a script once per group rather than
+// once per request. DELs and PINGs ride in the same pipeline. Errors are
+// per call: one call's error never fails another.
 //
 // The pipeline's context ends when the last of its callers stops waiting:
 // go-redis then stops dialling or waiting for a connection, so a decision
 // nobody waits for any more is not sent late (say, to a Redis that has just
 // restarted) to consume quota for a request long gone.
-func (b *batcher) exec(ctx *execContext, batch []*call) {
+func (b *batcher) exec(x *execScratch, batch []*call) {
+	defer x.reset()
+	ctx := &x.ctx
 	deadline := time.Now().Add(b.execLimit)
 	latest := time.Time{}
 	for _, c := range batch {
@@ -255,51 +339,111 @@ func (b *batcher) exec(ctx *execContext, batch []*call) {
 		latest = deadline
 	}
 	ctx.deadline = latest
-	cmds := make([]redis.Cmder, len(batch))
+
+	if cap(x.others) < len(batch) {
+		x.others = make([]redis.Cmder, len(batch))
+	}
+	others := x.others[:len(batch)] // DEL and PING, by position
 	pipe := b.client.Pipeline()
-	sent := 0
 	for i, c := range batch {
 		if c.abandoned.Load() {
 			continue
 		}
 		switch c.kind {
 		case callScript:
-			cmds[i] = pipe.EvalSha(ctx, policyScript.Hash(), c.keys, c.args...)
+			var g *scriptGroup
+			switch {
+			case b.grouping == groupAll && x.used > 0:
+				g = x.groups[0]
+			case b.grouping == groupSlot:
+				if x.bySlot == nil {
+					x.bySlot = make(map[int]*scriptGroup)
+				}
+				if g = x.bySlot[c.slot]; g == nil {
+					g = x.group()
+					x.bySlot[c.slot] = g
+				}
+			}
+			if g == nil {
+				g = x.group()
+			}
+			g.calls = append(g.calls, c)
 		case callDel:
-			cmds[i] = pipe.Del(ctx, c.keys...)
+			others[i] = pipe.Del(ctx, c.keys...)
 		case callPing:
-			cmds[i] = pipe.Ping(ctx)
+			others[i] = pipe.Ping(ctx)
 		}
-		sent++
 	}
-	if sent > 0 {
-		_, _ = pipe.Exec(ctx) // errors are read per command below
+	groups := x.groups[:x.used]
+	for _, g := range groups {
+		g.args = append(g.args, b.ruleArgs...)
+		for _, c := range g.calls {
+			g.keys = append(g.keys, c.keys...)
+			g.args = append(g.args, c.args...)
+		}
+		g.cmd = pipe.EvalSha(ctx, policyScript.Hash(), g.keys, g.args...)
 	}
+	_, _ = pipe.Exec(ctx) // errors are read per command below; an empty pipeline sends nothing
 	// Redis lost its scripts (a restart, SCRIPT FLUSH, a failover to a
-	// replica that never saw them): send those calls again with the source.
+	// replica that never saw them): send those groups again with the source.
 	var retry redis.Pipeliner
-	for i, c := range batch {
-		if cmds[i] != nil && c.kind == callScript && isNoScript(cmds[i].Err()) {
+	for _, g := range groups {
+		if isNoScript(g.cmd.Err()) {
 			if retry == nil {
 				retry = b.client.Pipeline()
 			}
-			cmds[i] = retry.Eval(ctx, scriptSrc, c.keys, c.args...)
+			g.cmd = retry.Eval(ctx, scriptSrc, g.keys, g.args...)
 		}
 	}
 	if retry != nil {
 		_, _ = retry.Exec(ctx)
 	}
-	for i, c := range batch {
-		switch cmd := cmds[i].(type) {
-		case nil:
-			continue // abandoned: nobody is waiting
-		case *redis.Cmd:
-			c.res, c.err = cmd.Int64Slice()
-		default:
-			c.err = cmd.Err()
+	for _, g := range groups {
+		replies, err := g.cmd.Slice()
+		for j, c := range g.calls {
+			switch {
+			case err != nil:
+				c.err = err // the whole call failed: a connection, a timeout
+			case j >= len(replies):
+				c.err = fmt.Errorf("sluice: script answered %d of %d requests", len(replies), len(g.calls))
+			default:
+				c.res, c.err = parseReply(replies[j], c.res[:0])
+			}
+			c.done <- struct{}{} // the last touch of c
 		}
-		c.done <- struct{}{} // the last touch of c
 	}
+	for i, c := range batch {
+		if others[i] != nil {
+			c.err = others[i].Err()
+			c.done <- struct{}{}
+		}
+	}
+}
+
+// scriptGroup is the decisions of a batch that go in one script call.
+type scriptGroup struct {
+	calls []*call
+	keys  []string
+	args  []interface{}
+	cmd   *redis.Cmd
+}
+
+// parseReply reads one request's reply (see lua/policy.lua) into dst.
+func parseReply(v interface{}, dst []int64) ([]int64, error) {
+	switch v := v.(type) {
+	case []interface{}:
+		for _, x := range v {
+			n, ok := x.(int64)
+			if !ok {
+				return dst, fmt.Errorf("sluice: unexpected script reply element %T", x)
+			}
+			dst = append(dst, n)
+		}
+		return dst, nil
+	case error:
+		return dst, v
+	}
+	return dst, fmt.Errorf("sluice: unexpected script reply %T", v)
 }
 
 func isNoScript(err error) bool {

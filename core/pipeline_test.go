@@ -42,8 +42,8 @@ func TestBatchedErrorsArePerCall(t *testing.T) {
 	prefix := fmt.Sprintf("errs-%d", time.Now().UnixNano())
 	lim := newOn(t, c, TokenBucket, PerHour(10), WithPrefix(prefix))
 	ctx := context.Background()
-	// A string where the token bucket keeps a hash: WRONGTYPE for that key.
-	if err := c.Set(ctx, lim.keys("poisoned")[0], "x", time.Minute).Err(); err != nil {
+	// A hash where the token bucket keeps a string: WRONGTYPE for that key.
+	if err := c.HSet(ctx, lim.keys("poisoned")[0], "f", "v").Err(); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
@@ -79,14 +79,14 @@ func TestBatchedErrorsArePerCall(t *testing.T) {
 // A caller that gave up before its batch was sent is not sent at all.
 func TestAbandonedCallsAreNotSent(t *testing.T) {
 	c := redistest.Client(t)
-	b := newBatcher(c)
+	lim := newOn(t, c, GCRA, PerMinute(1))
+	b := newBatcher(c, 1, lim.batch.ruleArgs)
 	b.flushers = 0 // nothing flushes until we say so
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	key := fmt.Sprintf("abandoned-%d", time.Now().UnixNano())
-	lim := newOn(t, c, GCRA, PerMinute(1))
 	c1 := getCall(callScript)
-	c1.keys, c1.args = []string{key}, lim.args("1", 1)
+	c1.keys, c1.args = []string{key}, appendArgs(nil, "1", 1)
 	answered, err := b.do(ctx, 0, c1)
 	if answered || err != context.Canceled {
 		t.Fatalf("got %v", err)
@@ -141,5 +141,15 @@ func TestInlineSend(t *testing.T) {
 	hung := newOn(t, stuck, GCRA, PerSecond(1), WithTimeout(50*time.Millisecond), WithFailureMode(FailClosed))
 	if r, err := hung.Allow(ctx, "k"); err == nil || r.Allowed {
 		t.Errorf("hung Redis: %+v %v; want a timely denial with the error", r, err)
+	}
+}
+
+func TestClusterSlot(t *testing.T) {
+	// The Redis Cluster specification's test vector, and keys checked
+	// against CLUSTER KEYSLOT.
+	for tag, want := range map[string]int{"123456789": 12739, "": 0, "a": 15495, "203.0.113.7": 8508} {
+		if got := clusterSlot(tag); got != want {
+			t.Errorf("clusterSlot(%q) = %d, want %d", tag, got, want)
+		}
 	}
 }

@@ -31,12 +31,12 @@ func storedKey(key string) string {
 // "<prefix>:{<stored key>}:<fingerprint>:<rule index>". The braces make the
 // stored key the hash tag, so all of them share one Redis Cluster slot.
 func (l *Limiter) keys(key string) []string {
-	return l.appendKeys(nil, key)
+	return l.appendKeys(nil, storedKey(key))
 }
 
-// appendKeys appends the Redis keys of key to dst: one allocation per rule.
-func (l *Limiter) appendKeys(dst []string, key string) []string {
-	stored := storedKey(key)
+// appendKeys appends the Redis keys of a stored key to dst: one allocation
+// per rule.
+func (l *Limiter) appendKeys(dst []string, stored string) []string {
 	for i := range l.rules {
 		dst = append(dst, l.prefix+":{"+stored+l.suffixes[i])
 	}
@@ -52,9 +52,9 @@ var costArgs = func() (a [65]interface{}) {
 	return a
 }()
 
-// appendArgs appends the script's ARGV for mode ("1" consume, "0" peek) and
-// n to dst.
-func (l *Limiter) appendArgs(dst []interface{}, mode string, n int) []interface{} {
+// appendArgs appends a request's own script arguments, mode ("1" consume,
+// "0" peek) and n, to dst.
+func appendArgs(dst []interface{}, mode string, n int) []interface{} {
 	var cost interface{}
 	if n < len(costArgs) {
 		cost = costArgs[n]
@@ -62,40 +62,48 @@ func (l *Limiter) appendArgs(dst []interface{}, mode string, n int) []interface{
 		cost = strconv.Itoa(n)
 	}
 	if mode == "1" {
-		dst = append(dst, "1", cost)
-	} else {
-		dst = append(dst, "0", cost)
+		return append(dst, "1", cost)
 	}
-	for i := range l.rules {
-		dst = append(dst, l.rules[i].args...)
-	}
-	return dst
+	return append(dst, "0", cost)
 }
 
-// args returns the script's ARGV for mode and n.
+// ruleArgs returns the script arguments every request of the limiter
+// shares: the number of rules, then each rule's parameters.
+func ruleArgs(rules []compiledRule) []interface{} {
+	args := []interface{}{strconv.Itoa(len(rules))}
+	for i := range rules {
+		args = append(args, rules[i].args...)
+	}
+	return args
+}
+
+// args returns the whole ARGV of one request alone.
 func (l *Limiter) args(mode string, n int) []interface{} {
-	return l.appendArgs(make([]interface{}, 0, 2+argsPerRule*len(l.rules)), mode, n)
+	return appendArgs(append([]interface{}(nil), l.batch.ruleArgs...), mode, n)
 }
 
 // run decides key by the script, in the limiter's batcher, within the
 // limiter's timeout.
 func (l *Limiter) run(ctx context.Context, key, mode string, n int) (Result, error) {
 	c := getCall(callScript)
-	c.keys = l.appendKeys(c.keys, key)
-	c.args = l.appendArgs(c.args, mode, n)
+	stored := storedKey(key)
+	c.keys = l.appendKeys(c.keys, stored)
+	c.args = appendArgs(c.args, mode, n)
+	if l.batch.grouping == groupSlot {
+		c.slot = clusterSlot(stored)
+	}
 	answered, err := l.batch.do(ctx, l.opts.timeout, c)
 	if !answered {
 		return Result{}, err // c may still be in a pipeline: not reused
 	}
-	v := c.res
-	putCall(c)
+	defer putCall(c) // after the Result is built: c.res is reused
 	if err != nil {
 		return Result{}, err
 	}
-	if len(v) != 1+5*len(l.rules) {
-		return Result{}, fmt.Errorf("sluice: unexpected script reply of %d values", len(v))
+	if len(c.res) != 1+5*len(l.rules) {
+		return Result{}, fmt.Errorf("sluice: unexpected script reply of %d values", len(c.res))
 	}
-	return l.result(v), nil
+	return l.result(c.res), nil
 }
 
 // result turns a script reply (see lua/policy.lua) into a Result. The Go
@@ -145,4 +153,21 @@ func buildResult(rules []compiledRule, v []int64) Result {
 		res.RetryAfter = d.RetryAfter
 	}
 	return res
+}
+
+// clusterSlot is the Redis Cluster slot of keys whose hash tag is tag:
+// CRC16 (XMODEM) modulo 16384, as Redis computes it.
+func clusterSlot(tag string) int {
+	var crc uint16
+	for i := 0; i < len(tag); i++ {
+		crc ^= uint16(tag[i]) << 8
+		for j := 0; j < 8; j++ {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc) & 16383
 }

@@ -69,7 +69,7 @@ func TestRegressionNoWriteWithoutTTL(t *testing.T) {
 		src, _ := luaFiles.ReadFile("lua/" + name)
 		text := string(src)
 		writes := strings.Count(text, "redis.call('HSET'") + strings.Count(text, "redis.call('ZADD'")
-		expires := strings.Count(text, "expire(key, ")
+		expires := strings.Count(text, "redis.call('PEXPIRE', key, ttl_ms(")
 		if writes > 0 && expires == 0 {
 			t.Errorf("%s writes without setting an expiry", name)
 		}

@@ -10,11 +10,11 @@
 -- Params: a = units per tick, b = units per event (the emission interval is
 -- b/a ticks), c = burst in units (burst × b).
 -- Returns the common shape (prelude.lua).
-local function gcra(key, now, rate, event, cap, n, tick)
+local function gcra(key, now, rate, event, cap, n)
   local debt = 0 -- TAT − now, in units
-  local v = redis.call('GET', key)
+  local v = call('GET', key)
   if v then
-    local tat, rem = string.match(v, '^(%d+):(%d+)$')
+    local tat, rem = match(v, '^(%d+):(%d+)$')
     tat = tonumber(tat)
     if tat and tat >= now then
       if tat - now > ceildiv(cap, rate) then -- the clock stepped back
@@ -35,9 +35,6 @@ local function gcra(key, now, rate, event, cap, n, tick)
   end
   local after = debt + need
   local reset_after = ceildiv(after, rate)
-  return true, avail, 0, reset_before, reset_after, 0, function()
-    local whole = idiv(after, rate)
-    local ms = ceildiv(reset_after * tick, 1000)
-    redis.call('SET', key, int(now + whole) .. ':' .. int(after - whole * rate), 'PX', ms)
-  end
+  local whole = idiv(after, rate)
+  return true, avail, 0, reset_before, reset_after, 0, format('%d:%d', now + whole, after - whole * rate)
 end

@@ -4,8 +4,8 @@
 -- waits `delay`, the time for the events ahead of it to drain, and only then
 -- proceeds, so admitted requests leave evenly spaced at the rule's rate.
 --
--- KEYS: the rule's key, a hash {t = time of the last update (ticks),
--- l = level in units}.
+-- KEYS: the rule's key, a string "<time of the last update (ticks)>:<level
+-- in units>".
 -- Params (units: one event is `event` units; the meter drains `rate` units
 -- per tick): a = rate units per tick, b = units per event, c = capacity in
 -- units (burst × event), d = the longest delay admitted, in ticks, or -1 for
@@ -14,15 +14,19 @@
 -- Returns the common shape (prelude.lua), with delay set when ok, and the
 -- remaining count after consuming as an eighth value (it is not simply
 -- avail - n when the delay bound binds).
-local function leaky_bucket(key, now, rate, event, cap, n, tick, maxdelay)
+local function leaky_bucket(key, now, rate, event, cap, n, _, maxdelay)
   local level = 0
-  local v = redis.call('HMGET', key, 't', 'l')
-  local t = tonumber(v[1])
+  local v = call('GET', key)
+  local t, l
+  if v then
+    t, l = match(v, '^(%d+):(%d+)$')
+    t = tonumber(t)
+  end
   if t then
     if now < t then -- the clock stepped back: time does not run backwards here
       now = t
     end
-    level = tonumber(v[2])
+    level = tonumber(l)
     local elapsed = now - t
     if elapsed >= ceildiv(level, rate) then -- checked first, so nothing overflows
       level = 0
@@ -64,8 +68,5 @@ local function leaky_bucket(key, now, rate, event, cap, n, tick, maxdelay)
   end
   local after = level + need
   local reset_after = ceildiv(after, rate)
-  return true, avail, 0, wait, reset_after, wait, function()
-    redis.call('HSET', key, 't', int(now), 'l', int(after))
-    expire(key, reset_after, tick)
-  end, admissible(after)
+  return true, avail, 0, wait, reset_after, wait, format('%d:%d', now, after), admissible(after)
 end

@@ -1,19 +1,27 @@
--- policy.lua: decides every rule of one key, all or nothing.
+-- policy.lua: decides a batch of requests of one policy, each all or
+-- nothing, in one script call.
 --
--- KEYS: one key per rule, all with the same hash tag (one cluster slot).
--- ARGV[1]: "1" to consume (AllowN), "0" to only look (Peek).
--- ARGV[2]: n, the cost (Peek passes 1).
--- ARGV[3..]: six per rule: algorithm code (1 fixed_window,
+-- KEYS: for each request, one key per rule; request d's keys are
+--   KEYS[(d-1)*R + 1 .. d*R], all with the same hash tag (one cluster slot).
+-- ARGV[1]: R, the number of rules.
+-- ARGV[2 .. 1+6R]: six per rule: algorithm code (1 fixed_window,
 --   2 sliding_window_log, 3 sliding_window_counter, 4 leaky_bucket,
 --   5 token_bucket, 6 gcra), tick (microseconds), then the algorithm's
 --   parameters a, b, c, d.
--- Returns: { allowed (0|1), then per rule: allowed (0|1), remaining,
---   retry_after_us, reset_after_us, delay_us }.
+-- ARGV[2+6R ..]: two per request: "1" to consume (AllowN) or "0" to only
+--   look (Peek), then n, the cost (Peek passes 1).
+-- Returns one reply per request, in order: { allowed (0|1), then per rule:
+--   allowed (0|1), remaining, retry_after_us, reset_after_us, delay_us },
+--   or an error reply when that request failed (a key of the wrong type):
+--   one request's error never fails another.
 --
--- Time comes from Redis (TIME), never from the caller. When a rule denies,
--- nothing is written: each rule reports its state before the request. When
--- all admit and ARGV[1] is "1", every rule consumes and reports its state
--- after.
+-- Time comes from Redis (TIME), never from the caller, once per call: the
+-- requests of a batch are decided in order, at the same instant, as if one
+-- after the other. For each request: when a rule denies, nothing is
+-- written and each rule reports its state before the request; when all
+-- admit and it consumes, every rule consumes and reports its state after.
+-- Sending many requests in one call spares Redis the cost of a script call
+-- per request: the decisions are the same as if sent one by one.
 if redis.replicate_commands then
   redis.replicate_commands() -- Redis < 5: allow TIME before writes
 end
@@ -21,50 +29,124 @@ local algorithms = {
   fixed_window, sliding_window_log, sliding_window_counter,
   leaky_bucket, token_bucket, gcra,
 }
-local time = redis.call('TIME')
+local time = call('TIME')
 local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
-local consume = ARGV[1] == '1'
-local n = tonumber(ARGV[2])
 
-local out = { 1 }
-local writes = {}
-local all = true
-for i = 1, #KEYS do
-  local j = 3 + (i - 1) * 6
+local R = tonumber(ARGV[1])
+local rules = {}
+for i = 1, R do
+  local j = 2 + (i - 1) * 6
   local tick = tonumber(ARGV[j + 1])
+  rules[i] = {
+    algorithms[tonumber(ARGV[j])], tick, idiv(now_us, tick),
+    tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4]), tonumber(ARGV[j + 5]),
+  }
+end
+
+-- per rule, the pending write of the request being decided; reused
+local pending_write, pending_after, pending_reset = {}, {}, {}
+
+-- decide1 is decide for a policy of one rule, the common case: its reply
+-- is built in one table constructor, without growing a table.
+local function decide1(d, consume, n)
+  local r = rules[1]
+  local tick = r[2]
   local ok, avail, retry, reset_before, reset_after, delay, write, after =
-    algorithms[tonumber(ARGV[j])](KEYS[i], idiv(now_us, tick),
-      tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4]), n, tick,
-      tonumber(ARGV[j + 5]))
+    r[1](KEYS[d], r[3], r[4], r[5], r[6], n, tick, r[7])
+  if not ok then
+    return { 0, 0, avail, retry * tick, reset_before * tick, 0 }
+  end
+  if not consume then
+    return { 1, 1, avail, 0, reset_before * tick, delay * tick }
+  end
+  if type(write) == 'string' then
+    call('SET', KEYS[d], write, 'PX', ttl_ms(reset_after, tick))
+  else
+    write()
+  end
   if after == nil then
     after = avail - n
   end
-  local k = 2 + (i - 1) * 5
-  if ok then
-    out[k] = 1
-  else
-    out[k] = 0
-    all = false
-  end
-  out[k + 1] = avail
-  out[k + 2] = retry * tick
-  out[k + 3] = reset_before * tick
-  out[k + 4] = delay * tick
-  writes[i] = { write, after, reset_after * tick }
+  return { 1, 1, after, 0, reset_after * tick, delay * tick }
 end
-if all then
-  if consume then
-    for i = 1, #KEYS do
-      local k = 2 + (i - 1) * 5
-      writes[i][1]()
-      out[k + 1] = writes[i][2]
-      out[k + 3] = writes[i][3]
+
+local function decide(d, consume, n)
+  local out = { 1 }
+  local all = true
+  for i = 1, R do
+    local r = rules[i]
+    local tick = r[2]
+    local ok, avail, retry, reset_before, reset_after, delay, write, after =
+      r[1](KEYS[(d - 1) * R + i], r[3], r[4], r[5], r[6], n, tick, r[7])
+    if after == nil then
+      after = avail - n
+    end
+    local k = 2 + (i - 1) * 5
+    if ok then
+      out[k] = 1
+    else
+      out[k] = 0
+      all = false
+    end
+    out[k + 1] = avail
+    out[k + 2] = retry * tick
+    out[k + 3] = reset_before * tick
+    out[k + 4] = delay * tick
+    pending_write[i], pending_after[i], pending_reset[i] = write, after, reset_after
+  end
+  if all then
+    if consume then
+      for i = 1, R do
+        local k = 2 + (i - 1) * 5
+        local tick = rules[i][2]
+        local write = pending_write[i]
+        if type(write) == 'string' then
+          -- the new value and its TTL in one command
+          call('SET', KEYS[(d - 1) * R + i], write, 'PX', ttl_ms(pending_reset[i], tick))
+        else
+          write()
+        end
+        out[k + 1] = pending_after[i]
+        out[k + 3] = pending_reset[i] * tick
+      end
+    end
+  else
+    out[1] = 0
+    for i = 1, R do
+      out[2 + (i - 1) * 5 + 4] = 0 -- nothing admitted, nothing to wait for
     end
   end
-else
-  out[1] = 0
-  for i = 1, #KEYS do
-    out[2 + (i - 1) * 5 + 4] = 0 -- nothing admitted, nothing to wait for
+  return out
+end
+
+local decide_request = decide
+if R == 1 then
+  decide_request = decide1
+end
+
+-- Requests are decided in one protected loop; when one fails (a key of
+-- the wrong type), its error becomes its reply and the loop resumes after
+-- it. One pcall per script call, not one per request.
+local replies = {}
+local base = 2 + 6 * R
+local count = (#ARGV - base + 1) / 2
+local d = 1
+local function run()
+  while d <= count do
+    local a = base + (d - 1) * 2
+    replies[d] = decide_request(d, ARGV[a] == '1', tonumber(ARGV[a + 1]))
+    d = d + 1
   end
 end
-return out
+while d <= count do
+  local ok, err = pcall(run)
+  if not ok then
+    if type(err) == 'table' and err.err then
+      replies[d] = err
+    else
+      replies[d] = redis.error_reply(tostring(err))
+    end
+    d = d + 1
+  end
+end
+return replies

@@ -10,22 +10,28 @@
 -- Every algorithm is a function
 --   alg(key, now, a, b, c, n, tick, d) -> ok, avail, retry, reset_before, reset_after, delay, write[, after]
 -- with now in ticks, a/b/c/d the rule's parameters (see each file), n the
--- cost, tick the microseconds per tick (for TTLs):
+-- cost, tick the microseconds per tick (for sliding_window_log's TTL):
 --   ok            true when n events are admissible now
 --   avail         unit events admissible now, before consuming
 --   retry         ticks until n events are admissible (0 when ok)
 --   reset_before  ticks until the key is untouched, as it is now
 --   reset_after   ticks until the key is untouched once n are consumed (when ok)
 --   delay         ticks the admitted events wait before proceeding (LeakyBucket)
---   write         when ok: a function that consumes n (called only when every
---                 rule of the policy admits)
+--   write         when ok: the key's new value, a string that policy.lua
+--                 stores with SET ... PX reset_after (one command: the value
+--                 and its TTL together); or a function that writes, for
+--                 sliding_window_log. Only called or stored when every rule
+--                 of the policy admits.
 --   after         optional: unit events admissible once n are consumed
 --                 (default avail - n)
 -- No algorithm writes anything before write is called.
 
+-- Globals are table lookups on every use; locals are not.
+local call, match, format, floor, tonumber = redis.call, string.match, string.format, math.floor, tonumber
+
 -- idiv returns floor(a / b) exactly, for 0 <= a < 2^53 and b > 0.
 local function idiv(a, b)
-  local q = math.floor(a / b)
+  local q = floor(a / b)
   if q * b > a then
     q = q - 1
   elseif (q + 1) * b <= a then
@@ -45,15 +51,15 @@ end
 
 -- int formats an integer in full; tostring would print 1.76e+15.
 local function int(x)
-  return string.format('%d', x)
+  return format('%d', x)
 end
 
--- expire sets key's TTL to ticks (of tick microseconds), rounded up to whole
--- milliseconds and at least 1 ms: a TTL is never 0 and never forever.
-local function expire(key, ticks, tick)
+-- ttl_ms is a TTL of ticks (of tick microseconds) in whole milliseconds,
+-- rounded up and at least 1: a TTL is never 0 and never forever.
+local function ttl_ms(ticks, tick)
   local ms = ceildiv(ticks * tick, 1000)
   if ms < 1 then
-    ms = 1
+    return 1
   end
-  redis.call('PEXPIRE', key, ms)
+  return ms
 end

@@ -6,23 +6,24 @@
 -- window's events were spread evenly; when they were bunched at its end, a
 -- true trailing period can hold up to (but never reaching) 2×rate.
 --
--- KEYS: the rule's key, a hash {w = current window index, p = previous
--- window's count, c = current window's count}.
--- Params: a = rate, b = period (ticks), c unused.
+-- KEYS: the rule's key, a string "<current window index>:<previous
+-- window's count>:<current window's count>".
+-- Params: a = rate, b = period (ticks), c, d unused.
 -- Returns the common shape (prelude.lua). All comparisons are scaled by
 -- period, so they are exact integers.
-local function sliding_window_counter(key, now, rate, period, _, n, tick)
+local function sliding_window_counter(key, now, rate, period, _, n)
   local w = idiv(now, period)
   local p, c = 0, 0
-  local v = redis.call('HMGET', key, 'w', 'p', 'c')
-  local sw = tonumber(v[1])
-  if sw then
-    if sw >= w then -- (sw > w only if the clock stepped back)
+  local v = call('GET', key)
+  if v then
+    local sw, sp, sc = match(v, '^(%d+):(%d+):(%d+)$')
+    sw = tonumber(sw)
+    if sw and sw >= w then -- (sw > w only if the clock stepped back)
       w = sw
-      p = tonumber(v[2])
-      c = tonumber(v[3])
-    elseif sw == w - 1 then
-      p = tonumber(v[3])
+      p = tonumber(sp)
+      c = tonumber(sc)
+    elseif sw and sw == w - 1 then
+      p = tonumber(sc)
     end
   end
   local e = now - w * period -- elapsed in the current window
@@ -57,8 +58,5 @@ local function sliding_window_counter(key, now, rate, period, _, n, tick)
     end
     return false, avail, retry, reset_before, 0, 0, nil
   end
-  return true, avail, 0, reset_before, 2 * period - e, 0, function()
-    redis.call('HSET', key, 'w', int(w), 'p', int(p), 'c', int(c + n))
-    expire(key, 2 * period - e, tick)
-  end
+  return true, avail, 0, reset_before, 2 * period - e, 0, format('%d:%d:%d', w, p, c + n)
 end

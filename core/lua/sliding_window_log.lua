@@ -3,20 +3,21 @@
 -- `period` ticks. Memory is O(rate) per key: up to rate members.
 --
 -- KEYS: the rule's key, a sorted set; member "<time>:<index>", score <time>.
--- Params: a = rate (events per trailing period), b = period (ticks), c unused.
+-- Params: a = rate (events per trailing period), b = period (ticks), c, d
+-- unused.
 -- Returns the common shape (prelude.lua). An event at time s counts while
 -- now < s + period.
 local function sliding_window_log(key, now, rate, period, _, n, tick)
   local from = int(now - period) -- events scored <= from have left the window
-  local c = redis.call('ZCOUNT', key, '(' .. from, '+inf')
+  local c = call('ZCOUNT', key, '(' .. from, '+inf')
   local reset_before = 0
   if c > 0 then
-    local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    local newest = call('ZRANGE', key, -1, -1, 'WITHSCORES')
     reset_before = tonumber(newest[2]) + period - now
   end
   if c + n > rate then
     -- the (c+n-rate)-th oldest event in the window must leave first
-    local e = redis.call('ZRANGEBYSCORE', key, '(' .. from, '+inf', 'WITHSCORES', 'LIMIT', c + n - rate - 1, 1)
+    local e = call('ZRANGEBYSCORE', key, '(' .. from, '+inf', 'WITHSCORES', 'LIMIT', c + n - rate - 1, 1)
     return false, rate - c, tonumber(e[2]) + period - now, reset_before, 0, 0, nil
   end
   local reset_after = period
@@ -24,7 +25,7 @@ local function sliding_window_log(key, now, rate, period, _, n, tick)
     reset_after = reset_before
   end
   return true, rate - c, 0, reset_before, reset_after, 0, function()
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', from)
+    call('ZREMRANGEBYSCORE', key, '-inf', from)
     -- Members of one time are told apart by index: c only grows while the
     -- time stays the same, so "<time>:<c+i>" is new. ZADD in chunks keeps
     -- unpack below Lua's stack limit for large costs.
@@ -39,8 +40,8 @@ local function sliding_window_log(key, now, rate, period, _, n, tick)
         i = i + 1
         j = j + 2
       end
-      redis.call('ZADD', key, unpack(args))
+      call('ZADD', key, unpack(args))
     end
-    expire(key, reset_after, tick)
+    call('PEXPIRE', key, ttl_ms(reset_after, tick))
   end
 end

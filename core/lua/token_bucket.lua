@@ -5,20 +5,24 @@
 -- rate: a key polled faster than one token's interval still refills, because
 -- the fraction of a token earned is kept, not dropped.
 --
--- KEYS: the rule's key, a hash {t = time of the last update (ticks),
--- k = tokens in units}. A missing key is a full bucket.
+-- KEYS: the rule's key, a string "<time of the last update (ticks)>:<tokens
+-- in units>". A missing key is a full bucket.
 -- Params: a = rate units refilled per tick, b = units per event,
 -- c = capacity in units (burst × event).
 -- Returns the common shape (prelude.lua).
-local function token_bucket(key, now, rate, event, cap, n, tick)
+local function token_bucket(key, now, rate, event, cap, n)
   local tokens = cap
-  local v = redis.call('HMGET', key, 't', 'k')
-  local t = tonumber(v[1])
+  local v = call('GET', key)
+  local t, k
+  if v then
+    t, k = match(v, '^(%d+):(%d+)$')
+    t = tonumber(t)
+  end
   if t then
     if now < t then -- the clock stepped back: time does not run backwards here
       now = t
     end
-    tokens = tonumber(v[2])
+    tokens = tonumber(k)
     local elapsed = now - t
     if elapsed >= ceildiv(cap - tokens, rate) then -- checked first, so nothing overflows
       tokens = cap
@@ -34,8 +38,5 @@ local function token_bucket(key, now, rate, event, cap, n, tick)
   end
   local left = tokens - need
   local reset_after = ceildiv(cap - left, rate)
-  return true, avail, 0, reset_before, reset_after, 0, function()
-    redis.call('HSET', key, 't', int(now), 'k', int(left))
-    expire(key, reset_after, tick)
-  end
+  return true, avail, 0, reset_before, reset_after, 0, format('%d:%d', now, left)
 end
