@@ -232,13 +232,9 @@ func (b *batcher) sendInline(c *call) (bool, error) {
 		}
 		clear(args)
 		c.scratch = args[:0]
-		var replies []interface{}
-		if replies, c.err = cmd.Slice(); c.err == nil {
-			if len(replies) == 1 {
-				c.res, c.err = parseReply(replies[0], c.res[:0])
-			} else {
-				c.err = fmt.Errorf("sluice: script answered %d replies for 1 request", len(replies))
-			}
+		var reply []interface{}
+		if reply, c.err = cmd.Slice(); c.err == nil {
+			c.res, _, c.err = parseReply(reply, 1+5*b.rules, c.res[:0])
 		}
 	case callDel:
 		c.err = b.client.Del(ctx, c.keys...).Err()
@@ -398,16 +394,14 @@ func (b *batcher) exec(x *execScratch, batch []*call) {
 	if retry != nil {
 		_, _ = retry.Exec(ctx)
 	}
+	width := 1 + 5*b.rules // integers per answer
 	for _, g := range groups {
-		replies, err := g.cmd.Slice()
-		for j, c := range g.calls {
-			switch {
-			case err != nil:
+		reply, err := g.cmd.Slice()
+		for _, c := range g.calls {
+			if err == nil {
+				c.res, reply, c.err = parseReply(reply, width, c.res[:0])
+			} else {
 				c.err = err // the whole call failed: a connection, a timeout
-			case j >= len(replies):
-				c.err = fmt.Errorf("sluice: script answered %d of %d requests", len(replies), len(g.calls))
-			default:
-				c.res, c.err = parseReply(replies[j], c.res[:0])
 			}
 			c.done <- struct{}{} // the last touch of c
 		}
@@ -428,23 +422,33 @@ type scriptGroup struct {
 	cmd   *redis.Cmd
 }
 
-// parseReply reads one request's reply (see lua/policy.lua) into dst.
-func parseReply(v interface{}, dst []int64) ([]int64, error) {
-	switch v := v.(type) {
-	case []interface{}:
-		for _, x := range v {
-			n, ok := x.(int64)
-			if !ok {
-				return dst, fmt.Errorf("sluice: unexpected script reply element %T", x)
-			}
-			dst = append(dst, n)
+// parseReply reads the next request's answer from the script's flat reply
+// (see lua/policy.lua): width integers, or one "!"-prefixed error string. It
+// returns the answer in dst and the rest of the reply.
+func parseReply(reply []interface{}, width int, dst []int64) ([]int64, []interface{}, error) {
+	if len(reply) > 0 {
+		if s, ok := reply[0].(string); ok && strings.HasPrefix(s, "!") {
+			return dst, reply[1:], scriptError(s[1:])
 		}
-		return dst, nil
-	case error:
-		return dst, v
 	}
-	return dst, fmt.Errorf("sluice: unexpected script reply %T", v)
+	if len(reply) < width {
+		return dst, nil, fmt.Errorf("sluice: script reply too short: %d values left for an answer of %d", len(reply), width)
+	}
+	for _, v := range reply[:width] {
+		n, ok := v.(int64)
+		if !ok {
+			return dst, nil, fmt.Errorf("sluice: unexpected script reply value %T", v)
+		}
+		dst = append(dst, n)
+	}
+	return dst, reply[width:], nil
 }
+
+// scriptError is one request's error inside a script reply, such as
+// "WRONGTYPE Operation against a key holding the wrong kind of value".
+type scriptError string
+
+func (e scriptError) Error() string { return string(e) }
 
 func isNoScript(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")

@@ -10,10 +10,12 @@
 --   parameters a, b, c, d.
 -- ARGV[2+6R ..]: two per request: "1" to consume (AllowN) or "0" to only
 --   look (Peek), then n, the cost (Peek passes 1).
--- Returns one reply per request, in order: { allowed (0|1), then per rule:
---   allowed (0|1), remaining, retry_after_us, reset_after_us, delay_us },
---   or an error reply when that request failed (a key of the wrong type):
---   one request's error never fails another.
+-- Returns one flat array, the requests' answers one after another: for each
+--   request, allowed (0|1), then per rule: allowed (0|1), remaining,
+--   retry_after_us, reset_after_us, delay_us; or, when that request failed
+--   (a key of the wrong type), a single string: "!" and the error message.
+--   One request's error never fails another. (Flat rather than an array per
+--   request: no table per request in the script, none in the client.)
 --
 -- Time comes from Redis (TIME), never from the caller, once per call: the
 -- requests of a batch are decided in order, at the same instant, as if one
@@ -46,18 +48,27 @@ end
 -- per rule, the pending write of the request being decided; reused
 local pending_write, pending_after, pending_reset = {}, {}, {}
 
--- decide1 is decide for a policy of one rule, the common case: its reply
--- is built in one table constructor, without growing a table.
+-- the answers, flat; top is the index of the last one written
+local replies, top = {}, 0
+
+-- put appends the six values of a one-rule answer.
+local function put(a, b, c, d, e, f)
+  replies[top + 1], replies[top + 2], replies[top + 3] = a, b, c
+  replies[top + 4], replies[top + 5], replies[top + 6] = d, e, f
+  top = top + 6
+end
+
+-- decide1 is decide for a policy of one rule, the common case.
 local function decide1(d, consume, n)
   local r = rules[1]
   local tick = r[2]
   local ok, avail, retry, reset_before, reset_after, delay, write, after =
     r[1](KEYS[d], r[3], r[4], r[5], r[6], n, tick, r[7])
   if not ok then
-    return { 0, 0, avail, retry * tick, reset_before * tick, 0 }
+    return put(0, 0, avail, retry * tick, reset_before * tick, 0)
   end
   if not consume then
-    return { 1, 1, avail, 0, reset_before * tick, delay * tick }
+    return put(1, 1, avail, 0, reset_before * tick, delay * tick)
   end
   if type(write) == 'string' then
     call('SET', KEYS[d], write, 'PX', ttl_ms(reset_after, tick))
@@ -67,7 +78,7 @@ local function decide1(d, consume, n)
   if after == nil then
     after = avail - n
   end
-  return { 1, 1, after, 0, reset_after * tick, delay * tick }
+  put(1, 1, after, 0, reset_after * tick, delay * tick)
 end
 
 local function decide(d, consume, n)
@@ -116,7 +127,10 @@ local function decide(d, consume, n)
       out[2 + (i - 1) * 5 + 4] = 0 -- nothing admitted, nothing to wait for
     end
   end
-  return out
+  for k = 1, #out do
+    replies[top + k] = out[k]
+  end
+  top = top + #out
 end
 
 local decide_request = decide
@@ -127,25 +141,26 @@ end
 -- Requests are decided in one protected loop; when one fails (a key of
 -- the wrong type), its error becomes its reply and the loop resumes after
 -- it. One pcall per script call, not one per request.
-local replies = {}
 local base = 2 + 6 * R
 local count = (#ARGV - base + 1) / 2
 local d = 1
 local function run()
   while d <= count do
     local a = base + (d - 1) * 2
-    replies[d] = decide_request(d, ARGV[a] == '1', tonumber(ARGV[a + 1]))
+    decide_request(d, ARGV[a] == '1', tonumber(ARGV[a + 1]))
     d = d + 1
   end
 end
 while d <= count do
   local ok, err = pcall(run)
   if not ok then
-    if type(err) == 'table' and err.err then
-      replies[d] = err
-    else
-      replies[d] = redis.error_reply(tostring(err))
+    -- a request appends its answer only once all its work is done, so the
+    -- failed one left nothing: its error takes its place
+    if type(err) == 'table' then
+      err = err.err
     end
+    top = top + 1
+    replies[top] = '!' .. tostring(err)
     d = d + 1
   end
 end
