@@ -1,12 +1,21 @@
 // Package core decides rate limits in Redis, atomically, for many
 // application instances at once.
 //
-// A Limiter holds one or more rules (a policy). Each decision is a single
-// EVALSHA of one Lua script that reads Redis's own clock (TIME), evaluates
-// every rule of the key and, only when all of them admit, consumes from all
-// of them. Application clocks never enter a decision, so instances with
-// skewed clocks agree; concurrent callers never over-admit, because Redis
-// runs the script atomically.
+// A Limiter holds one or more rules (a policy). Each decision runs one Lua
+// script that reads Redis's own clock (TIME), evaluates every rule of the
+// key and, only when all of them admit, consumes from all of them.
+// Application clocks never enter a decision, so instances with skewed
+// clocks agree; concurrent callers never over-admit, because Redis runs the
+// script atomically.
+//
+// Concurrent decisions of one Limiter share script calls: a caller queues
+// its decision and waits for its own answer or its own deadline; queued
+// decisions go to Redis together, in one script call that decides each of
+// them in order, all or nothing, with its own answer and its own error. A
+// lone caller is sent at once, with no timer. The deadline holds whatever
+// the go-redis client's own timeouts are; with ContextTimeoutEnabled set on
+// the client, a lone caller sends its decision itself, sparing a goroutine
+// handoff.
 //
 // # Choosing an algorithm
 //
@@ -39,8 +48,8 @@
 // many instances of one service) do. Changing a limit therefore starts its
 // counters afresh.
 //
-// Every key is written with a TTL, rounded up to whole milliseconds and never
-// 0: the time until the key would be back to its untouched state (one
+// Every key is written with a TTL (SET ... PX, or PEXPIRE for the sliding
+// log), rounded up to whole milliseconds and never 0: the time until the key would be back to its untouched state (one
 // Period for the windows, two for SlidingWindowCounter, the time to refill
 // Burst for the buckets). Redis memory per key is in the README.
 //

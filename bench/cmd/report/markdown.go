@@ -1,0 +1,440 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"time"
+)
+
+// peers are the libraries sluice is compared with, in table order.
+var peers = []string{"redis_rate", "ulule", "throttled"}
+
+// display names of the rows.
+var display = map[string]string{
+	"sluice_fixed_window":           "sluice FixedWindow",
+	"sluice_sliding_window_log":     "sluice SlidingWindowLog",
+	"sluice_sliding_window_counter": "sluice SlidingWindowCounter",
+	"sluice_leaky_bucket":           "sluice LeakyBucket",
+	"sluice_token_bucket":           "sluice TokenBucket",
+	"sluice_gcra":                   "sluice GCRA",
+	"sluice_policy":                 "sluice policy (GCRA + FixedWindow)",
+	"sluice_gcra_ctxtimeout":        "sluice GCRA, ContextTimeoutEnabled client",
+	"redis_rate":                    "redis_rate v10 (GCRA)",
+	"ulule":                         "ulule/limiter v3 (fixed window)",
+	"throttled":                     "throttled v2 (GCRA)",
+	"raw_incr":                      "raw INCR (reference)",
+	"raw_evalsha":                   "raw EVALSHA (reference)",
+}
+
+func name(row string) string {
+	if d, ok := display[row]; ok {
+		return d
+	}
+	return row
+}
+
+func isSluice(row string) bool { return strings.HasPrefix(row, "sluice_") }
+
+// writeMarkdown writes every table the results allow.
+func writeMarkdown(w io.Writer, r *results, now time.Time) {
+	writeEnv(w, r, now)
+	allow := gridOf(r.suite("Allow"), 1)
+	if len(allow.rows) > 0 {
+		writeAllow(w, allow)
+		writeRatios(w, allow)
+		writeGoals(w, allow)
+	}
+	writePipelined(w, r.suite("PipelinedEvalSha"))
+	writeMiddleware(w, gridOf(r.suite("Middleware"), 0), allow)
+	writeCluster(w, r.suite("Cluster"))
+	writeMemory(w, r.memory)
+	if len(r.failures) > 0 {
+		fmt.Fprintf(w, "\n**Failures in this run** (their numbers are missing above):\n\n")
+		for _, f := range r.failures {
+			fmt.Fprintf(w, "- `%s`\n", f)
+		}
+	}
+}
+
+func writeEnv(w io.Writer, r *results, now time.Time) {
+	e := r.env
+	var parts []string
+	add := func(label, key string) {
+		if v := e[key]; v != "" {
+			parts = append(parts, label+v)
+		}
+	}
+	date := e["date"] // when the benchmarks started; older outputs lack it
+	if date == "" {
+		date = now.UTC().Format("2006-01-02 15:04 UTC")
+	}
+	parts = append(parts, "measured "+date)
+	add("CPU: ", "cpu")
+	add("nproc ", "nproc")
+	add("GOMAXPROCS ", "gomaxprocs")
+	add("", "go")
+	add("Redis ", "redis")
+	add("load average at start ", "loadavg-start")
+	add("at end ", "loadavg-end")
+	add("clients: ", "client")
+	fmt.Fprintf(w, "_%s._\n", strings.Join(parts, " · "))
+}
+
+// header writes a table header of a label column and one column per c.
+func header(w io.Writer, label string, concs []int) {
+	fmt.Fprintf(w, "\n| %s |", label)
+	for _, c := range concs {
+		fmt.Fprintf(w, " c=%d |", c)
+	}
+	fmt.Fprintf(w, "\n|---|")
+	for range concs {
+		fmt.Fprintf(w, "--:|")
+	}
+	fmt.Fprintln(w)
+}
+
+func writeAllow(w io.Writer, g *grid) {
+	fmt.Fprintf(w, "\n#### Throughput: decisions per second (higher is better)\n")
+	header(w, "library", g.concs)
+	for _, row := range g.rows {
+		fmt.Fprintf(w, "| %s |", name(row))
+		for _, c := range g.concs {
+			fmt.Fprintf(w, " %s |", cell(g, row, c, "decisions/s", fmtRate))
+		}
+		fmt.Fprintln(w)
+	}
+
+	fmt.Fprintf(w, "\n#### Latency of one call: p50 / p99, µs (lower is better)\n")
+	header(w, "library", g.concs)
+	for _, row := range g.rows {
+		fmt.Fprintf(w, "| %s |", name(row))
+		for _, c := range g.concs {
+			fmt.Fprintf(w, " %s / %s |", cell(g, row, c, "p50-us", fmtUs), cell(g, row, c, "p99-us", fmtUs))
+		}
+		fmt.Fprintln(w)
+	}
+
+	fmt.Fprintf(w, "\n#### CPU per decision, µs: client · Redis server · of which the Lua script (lower is better)\n\n")
+	fmt.Fprintf(w, "Client: this process's user + system CPU time over the run (the library, go-redis, the harness) divided by the decisions. "+
+		"Server: the same for redis-server (INFO cpu), networking included; pipelining lowers it, and 1e6 ÷ it is the most decisions per second one Redis core can make. "+
+		"Script: Redis's own account of each EVALSHA/EVAL (INFO commandstats), the Lua script alone, which pipelining cannot lower.\n")
+	header(w, "library", g.concs)
+	for _, row := range g.rows {
+		fmt.Fprintf(w, "| %s |", name(row))
+		for _, c := range g.concs {
+			fmt.Fprintf(w, " %s · %s · %s |", cell(g, row, c, "cli-us/op", fmtSmall), cell(g, row, c, "srv-us/op", fmtSmall), cell(g, row, c, "script-us/call", fmtSmall))
+		}
+		fmt.Fprintln(w)
+	}
+
+	fmt.Fprintf(w, "\n#### Allocations per decision: allocs / bytes, everything in the process included (go-redis, pipelines, goroutines)\n")
+	header(w, "library", g.concs)
+	for _, row := range g.rows {
+		fmt.Fprintf(w, "| %s |", name(row))
+		for _, c := range g.concs {
+			fmt.Fprintf(w, " %s / %s B |", cell(g, row, c, "allocs/op", fmtInt), cell(g, row, c, "B/op", fmtInt))
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+// writeRatios writes sluice ÷ peer, for every peer present.
+func writeRatios(w io.Writer, g *grid) {
+	for _, peer := range peers {
+		if g.cells[peer] == nil {
+			continue
+		}
+		fmt.Fprintf(w, "\n#### sluice ÷ %s: throughput ratio (higher is better) · p50 ratio (lower is better)\n", name(peer))
+		header(w, "sluice", g.concs)
+		for _, row := range g.rows {
+			if !isSluice(row) {
+				continue
+			}
+			fmt.Fprintf(w, "| %s |", name(row))
+			for _, c := range g.concs {
+				fmt.Fprintf(w, " %s · %s |", ratioCell(g, row, peer, c, "decisions/s"), ratioCell(g, row, peer, c, "p50-us"))
+			}
+			fmt.Fprintln(w)
+		}
+	}
+}
+
+func ratioCell(g *grid, row, peer string, c int, unit string) string {
+	a, ok1 := g.value(row, c, unit)
+	b, ok2 := g.value(peer, c, unit)
+	if !ok1 || !ok2 || b == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f×", a/b)
+}
+
+// writeGoals checks the issue's goals against the run.
+func writeGoals(w io.Writer, g *grid) {
+	fmt.Fprintf(w, "\n#### Goals\n\n")
+	const goalC = 64
+	best, bestName := 0.0, ""
+	for _, p := range []string{"redis_rate", "ulule"} {
+		if v, ok := g.value(p, goalC, "decisions/s"); ok && v > best {
+			best, bestName = v, p
+		}
+	}
+	if best > 0 {
+		fmt.Fprintf(w, "- **Throughput at c=%d**, sluice ÷ the better of redis_rate and ulule (here %s, %s decisions/s); goal ≥ 3×:", goalC, name(bestName), fmtRate(best))
+		fmt.Fprint(w, goalList(g, func(row string) (float64, bool) {
+			v, ok := g.value(row, goalC, "decisions/s")
+			return v / best, ok
+		}, func(x float64) bool { return x >= 3 }))
+	}
+	if p50, ok := g.value("redis_rate", 1, "p50-us"); ok && p50 > 0 {
+		fmt.Fprintf(w, "- **Latency at c=1**, sluice p50 ÷ redis_rate p50 (%s µs); goal ≤ 1.10×:", fmtUs(p50))
+		fmt.Fprint(w, goalList(g, func(row string) (float64, bool) {
+			v, ok := g.value(row, 1, "p50-us")
+			return v / p50, ok
+		}, func(x float64) bool { return x <= 1.10 }))
+	}
+	if raw, ok := g.value("raw_evalsha", 1, "allocs/op"); ok {
+		fmt.Fprintf(w, "- **Allocations at c=1** beyond go-redis's own for one EVALSHA (raw EVALSHA: %s allocs/op); sluice goes through a go-redis pipeline, whose own cost is in these numbers too:", fmtInt(raw))
+		var parts []string
+		for _, row := range g.rows {
+			if v, ok := g.value(row, 1, "allocs/op"); ok && isSluice(row) {
+				parts = append(parts, fmt.Sprintf("%s %+.0f", short(row), v-raw))
+			}
+		}
+		fmt.Fprintf(w, " %s.\n", strings.Join(parts, ", "))
+	}
+}
+
+func goalList(g *grid, ratio func(string) (float64, bool), met func(float64) bool) string {
+	var parts []string
+	for _, row := range g.rows {
+		if !isSluice(row) {
+			continue
+		}
+		x, ok := ratio(row)
+		if !ok {
+			continue
+		}
+		verdict := "met"
+		if !met(x) {
+			verdict = "**not met**"
+		}
+		parts = append(parts, fmt.Sprintf("%s %.2f× (%s)", short(row), x, verdict))
+	}
+	return " " + strings.Join(parts, ", ") + ".\n"
+}
+
+func short(row string) string {
+	return strings.TrimPrefix(name(row), "sluice ")
+}
+
+// writePipelined writes the pipelining ceiling: trivial scripts, pipelined.
+func writePipelined(w io.Writer, bs []*bench) {
+	if len(bs) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n#### Reference: pipelined EVALSHA of a one-line script (what batching can reach when the script costs nothing)\n\n")
+	fmt.Fprintf(w, "| pipeline | decisions/s | CPU µs per decision: client · server · script | allocs / bytes |\n|---|--:|--:|--:|\n")
+	for _, b := range bs {
+		if len(b.parts) != 2 {
+			continue
+		}
+		f := func(unit string, format func(float64) string) string {
+			if v, ok := b.metric(unit); ok {
+				return format(v)
+			}
+			return "–"
+		}
+		fmt.Fprintf(w, "| %s | %s | %s · %s · %s | %s / %s B |\n", strings.ReplaceAll(b.parts[1], "=", " "),
+			f("decisions/s", fmtRate), f("cli-us/op", fmtSmall), f("srv-us/op", fmtSmall), f("script-us/call", fmtSmall),
+			f("allocs/op", fmtInt), f("B/op", fmtInt))
+	}
+}
+
+func writeMiddleware(w io.Writer, g *grid, allow *grid) {
+	if len(g.concs) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n#### Middleware path: nethttp around sluice GCRA, key from a header\n\n")
+	fmt.Fprintf(w, "| callers | decisions/s | p50 / p99 µs | allocs / bytes per request | beyond core GCRA Allow |\n|---|--:|--:|--:|--:|\n")
+	row := g.rows[0]
+	for _, c := range g.concs {
+		extra := "–"
+		a, ok1 := g.value(row, c, "allocs/op")
+		b, ok2 := allow.value("sluice_gcra", c, "allocs/op")
+		ab, ok3 := g.value(row, c, "B/op")
+		bb, ok4 := allow.value("sluice_gcra", c, "B/op")
+		if ok1 && ok2 && ok3 && ok4 {
+			extra = fmt.Sprintf("%+.0f allocs / %+.0f B", a-b, ab-bb)
+		}
+		fmt.Fprintf(w, "| c=%d | %s | %s / %s | %s / %s B | %s |\n", c,
+			cell(g, row, c, "decisions/s", fmtRate), cell(g, row, c, "p50-us", fmtUs), cell(g, row, c, "p99-us", fmtUs),
+			cell(g, row, c, "allocs/op", fmtInt), cell(g, row, c, "B/op", fmtInt), extra)
+	}
+}
+
+// writeCluster writes Cluster/masters=M/<lib>/c=N and the 3-over-1 scaling.
+func writeCluster(w io.Writer, bs []*bench) {
+	type key struct {
+		masters, lib string
+		c            int
+	}
+	vals := map[key]float64{}
+	var masters, libs []string
+	var concs []int
+	seen := map[string]bool{}
+	for _, b := range bs {
+		if len(b.parts) != 4 {
+			continue
+		}
+		c := concurrency(b.parts[3])
+		v, ok := b.metric("decisions/s")
+		if c < 0 || !ok {
+			continue
+		}
+		vals[key{b.parts[1], b.parts[2], c}] = v
+		for _, s := range []string{"m" + b.parts[1], "l" + b.parts[2], fmt.Sprint("c", c)} {
+			if seen[s] {
+				continue
+			}
+			seen[s] = true
+			switch s[0] {
+			case 'm':
+				masters = append(masters, b.parts[1])
+			case 'l':
+				libs = append(libs, b.parts[2])
+			default:
+				concs = append(concs, c)
+			}
+		}
+	}
+	if len(vals) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n#### Redis Cluster on loopback: decisions per second\n")
+	fmt.Fprintf(w, "\n| cluster | library |")
+	for _, c := range concs {
+		fmt.Fprintf(w, " c=%d |", c)
+	}
+	fmt.Fprintf(w, "\n|---|---|%s\n", strings.Repeat("--:|", len(concs)))
+	for _, m := range masters {
+		for _, l := range libs {
+			fmt.Fprintf(w, "| %s | %s |", strings.ReplaceAll(m, "=", " "), name(l))
+			for _, c := range concs {
+				if v, ok := vals[key{m, l, c}]; ok {
+					fmt.Fprintf(w, " %s |", fmtRate(v))
+				} else {
+					fmt.Fprintf(w, " – |")
+				}
+			}
+			fmt.Fprintln(w)
+		}
+	}
+	if len(masters) >= 2 {
+		first, last := masters[0], masters[len(masters)-1]
+		for _, l := range libs {
+			fmt.Fprintf(w, "| %s ÷ %s | %s |", strings.ReplaceAll(last, "=", " "), strings.ReplaceAll(first, "=", " "), name(l))
+			for _, c := range concs {
+				a, ok1 := vals[key{last, l, c}]
+				b, ok2 := vals[key{first, l, c}]
+				if ok1 && ok2 && b > 0 {
+					fmt.Fprintf(w, " %.2f× |", a/b)
+				} else {
+					fmt.Fprintf(w, " – |")
+				}
+			}
+			fmt.Fprintln(w)
+		}
+	}
+}
+
+func writeMemory(w io.Writer, mem []memoryLine) {
+	if len(mem) == 0 {
+		return
+	}
+	var rates, names []string
+	byKey := map[[2]string]memoryLine{}
+	seen := map[string]bool{}
+	for _, m := range mem {
+		n, r := m["name"], m["rate"]
+		if !seen["r"+r] {
+			seen["r"+r] = true
+			rates = append(rates, r)
+		}
+		if !seen["n"+n] {
+			seen["n"+n] = true
+			names = append(names, n)
+		}
+		byKey[[2]string{n, r}] = m
+	}
+	fmt.Fprintf(w, "\n#### Redis memory per limited key (MEMORY USAGE after AllowN(Rate), key name included)\n\n| library |")
+	for _, r := range rates {
+		fmt.Fprintf(w, " Rate %s |", r)
+	}
+	fmt.Fprintf(w, " keys | encoding | TTL |\n|---|%s--:|---|---|\n", strings.Repeat("--:|", len(rates)))
+	for _, n := range names {
+		fmt.Fprintf(w, "| %s |", name(n))
+		var last memoryLine
+		for _, r := range rates {
+			m := byKey[[2]string{n, r}]
+			if m == nil {
+				fmt.Fprintf(w, " – |")
+				continue
+			}
+			last = m
+			fmt.Fprintf(w, " %s B |", m["bytes"])
+		}
+		if last == nil {
+			last = memoryLine{}
+		}
+		fmt.Fprintf(w, " %s | %s | %s |\n", last["keys"], last["encoding"], last["ttl"])
+	}
+}
+
+func cell(g *grid, row string, c int, unit string, f func(float64) string) string {
+	v, ok := g.value(row, c, unit)
+	if !ok {
+		return "–"
+	}
+	return f(v)
+}
+
+// fmtRate writes a rate with three significant digits: 9.71k, 312k, 1.05M.
+func fmtRate(v float64) string {
+	switch {
+	case v >= 1e6:
+		return sig3(v/1e6) + "M"
+	case v >= 1e3:
+		return sig3(v/1e3) + "k"
+	default:
+		return fmt.Sprintf("%.0f", v)
+	}
+}
+
+func sig3(v float64) string {
+	switch {
+	case v >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 10:
+		return fmt.Sprintf("%.1f", v)
+	default:
+		return fmt.Sprintf("%.2f", v)
+	}
+}
+
+func fmtUs(v float64) string {
+	if v < 100 {
+		return fmt.Sprintf("%.1f", v)
+	}
+	return fmt.Sprintf("%.0f", v)
+}
+
+func fmtSmall(v float64) string {
+	if v < 10 {
+		return fmt.Sprintf("%.2f", v)
+	}
+	return fmt.Sprintf("%.1f", v)
+}
+
+func fmtInt(v float64) string { return fmt.Sprintf("%.0f", math.Round(v)) }
