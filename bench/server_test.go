@@ -1,24 +1,20 @@
 package bench
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // poolSize is the connection pool of every client: enough for 256 callers
@@ -54,11 +50,6 @@ var target struct {
 	url   *redis.Options
 }
 
-var (
-	procsMu sync.Mutex
-	procs   []*server // every redis-server started by this binary
-)
-
 func TestMain(m *testing.M) {
 	code, err := run(m)
 	if err != nil {
@@ -71,7 +62,7 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) (int, error) {
-	defer stopAll()
+	defer redistest.StopAll()
 	flag.Parse() // for -redis.ctxtimeout, read before the first client
 	if u := os.Getenv("REDIS_URL"); u != "" {
 		opt, err := redis.ParseURL(u)
@@ -80,11 +71,13 @@ func run(m *testing.M) (int, error) {
 		}
 		target.url, target.addr = opt, opt.Addr
 	} else {
-		s, err := startServer(nil)
+		// The project's test helper: a redis-server on a free loopback
+		// port, without persistence, that dies with this binary.
+		s, err := redistest.Start(nil)
 		if err != nil {
 			return 1, err
 		}
-		target.addr, target.owned = s.addr, true
+		target.addr, target.owned = s.Addr, true
 	}
 	printEnv()
 	code := m.Run()
@@ -182,150 +175,22 @@ func loadavg() string {
 	return strings.Join(f[:3], " ")
 }
 
-// server is a redis-server process started by this binary.
-type server struct {
-	addr string
-	dir  string
-	cmd  *exec.Cmd
-}
-
-// redisBinary finds name in PATH or the usual places.
-func redisBinary(name string) (string, error) {
-	if p, err := exec.LookPath(name); err == nil {
-		return p, nil
-	}
-	for _, dir := range []string{"/usr/bin", "/usr/local/bin", "/usr/sbin"} {
-		if p := filepath.Join(dir, name); fileExists(p) {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("%s not found (install Redis, or set REDIS_URL)", name)
-}
-
-func fileExists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
-}
-
-// freePort returns a loopback port that was free a moment ago, below 55536
-// so that a cluster bus port (port+10000) fits too.
-func freePort() (int, error) {
-	for range 50 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, err
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if port < 55536 {
-			return port, nil
-		}
-	}
-	return 0, errors.New("no free loopback port below 55536")
-}
-
-// startServer starts a redis-server without persistence on a free loopback
-// port, with extra configuration args, and waits until it answers PING.
-func startServer(args []string) (*server, error) {
-	bin, err := redisBinary("redis-server")
-	if err != nil {
-		return nil, err
-	}
-	var lastErr error
-	for range 5 {
-		port, err := freePort()
-		if err != nil {
-			return nil, err
-		}
-		dir, err := os.MkdirTemp("", "sluice-bench-redis-")
-		if err != nil {
-			return nil, err
-		}
-		s := &server{addr: "127.0.0.1:" + strconv.Itoa(port), dir: dir}
-		all := append([]string{
-			"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-			"--save", "", "--appendonly", "no", "--dir", dir,
-			"--protected-mode", "no", "--loglevel", "warning",
-		}, args...)
-		s.cmd = exec.Command(bin, all...)
-		s.cmd.SysProcAttr = sysProcAttr()
-		var stderr bytes.Buffer
-		s.cmd.Stdout, s.cmd.Stderr = &stderr, &stderr
-		if err := s.cmd.Start(); err != nil {
-			os.RemoveAll(dir)
-			return nil, err
-		}
-		if lastErr = waitPing(s.addr, 10*time.Second); lastErr == nil {
-			procsMu.Lock()
-			procs = append(procs, s)
-			procsMu.Unlock()
-			return s, nil
-		}
-		s.stop()
-		lastErr = fmt.Errorf("%w; output: %s", lastErr, bytes.TrimSpace(stderr.Bytes()))
-	}
-	return nil, lastErr
-}
-
-func waitPing(addr string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-		if err == nil {
-			fmt.Fprint(c, "PING\r\n")
-			c.SetReadDeadline(time.Now().Add(time.Second))
-			line, _ := bufio.NewReader(c).ReadString('\n')
-			c.Close()
-			if strings.HasPrefix(line, "+PONG") {
-				return nil
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return fmt.Errorf("redis-server on %s did not answer PING within %s", addr, timeout)
-}
-
-func (s *server) stop() {
-	if s.cmd != nil && s.cmd.Process != nil {
-		s.cmd.Process.Kill()
-		s.cmd.Wait()
-	}
-	os.RemoveAll(s.dir)
-}
-
-func stopAll() {
-	procsMu.Lock()
-	defer procsMu.Unlock()
-	for _, s := range procs {
-		s.stop()
-	}
-	procs = nil
-}
-
 // cluster is a Redis Cluster of masters only, on loopback.
 type cluster struct {
-	nodes []*server
+	nodes []*redistest.Server
 }
 
 func (c *cluster) addrs() []string {
 	out := make([]string, len(c.nodes))
 	for i, s := range c.nodes {
-		out[i] = s.addr
+		out[i] = s.Addr
 	}
 	return out
 }
 
 func (c *cluster) stop() {
-	procsMu.Lock()
-	defer procsMu.Unlock()
 	for _, s := range c.nodes {
-		s.stop()
-		for i, p := range procs {
-			if p == s {
-				procs = append(procs[:i], procs[i+1:]...)
-				break
-			}
-		}
+		s.Stop()
 	}
 }
 
@@ -336,7 +201,7 @@ func (c *cluster) stop() {
 func startCluster(n int) (*cluster, error) {
 	c := &cluster{}
 	for i := range n {
-		s, err := startServer([]string{
+		s, err := redistest.Start([]string{
 			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
 			"--cluster-node-timeout", "5000",
 		})
@@ -349,7 +214,7 @@ func startCluster(n int) (*cluster, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if n == 1 {
-		node := redis.NewClient(&redis.Options{Addr: c.nodes[0].addr})
+		node := redis.NewClient(&redis.Options{Addr: c.nodes[0].Addr})
 		err := node.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err()
 		node.Close()
 		if err != nil {
@@ -357,7 +222,7 @@ func startCluster(n int) (*cluster, error) {
 			return nil, fmt.Errorf("CLUSTER ADDSLOTSRANGE: %w", err)
 		}
 	} else {
-		cli, err := redisBinary("redis-cli")
+		cli, err := redistest.Binary("redis-cli")
 		if err != nil {
 			c.stop()
 			return nil, err
@@ -380,7 +245,7 @@ func startCluster(n int) (*cluster, error) {
 
 func (c *cluster) waitReady(ctx context.Context, n int) error {
 	for _, s := range c.nodes {
-		node := redis.NewClient(&redis.Options{Addr: s.addr})
+		node := redis.NewClient(&redis.Options{Addr: s.Addr})
 		for {
 			info, err := node.ClusterInfo(ctx).Result()
 			if err == nil && infoField(info, "cluster_state") == "ok" &&
@@ -391,7 +256,7 @@ func (c *cluster) waitReady(ctx context.Context, n int) error {
 			select {
 			case <-ctx.Done():
 				node.Close()
-				return fmt.Errorf("cluster node %s not ready: %v (last error %v)", s.addr, ctx.Err(), err)
+				return fmt.Errorf("cluster node %s not ready: %v (last error %v)", s.Addr, ctx.Err(), err)
 			case <-time.After(50 * time.Millisecond):
 			}
 		}

@@ -2,7 +2,7 @@ package bench
 
 import "syscall"
 
-// sysProcAttr makes a started redis-server die with the test binary.
+// sysProcAttr makes a started redis-cli die with the test binary.
 func sysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }

@@ -1,7 +1,6 @@
 package keyfunc
 
 import (
-	"net/http"
 	"net/netip"
 	"strings"
 )
@@ -33,24 +32,7 @@ func Forwarded(trustedProxies ...netip.Prefix) Func {
 
 // Forwarded is the package-level Forwarded with g's IPv6 grouping.
 func (g IPv6Grouping) Forwarded(trustedProxies ...netip.Prefix) Func {
-	if len(trustedProxies) == 0 {
-		return g.RemoteIP()
-	}
-	trust := newTrustSet("Forwarded", trustedProxies)
-	return func(r *http.Request) (string, error) {
-		peer, err := parsePeer(r.RemoteAddr)
-		if err != nil {
-			return "", err
-		}
-		if !trust.contains(peer) {
-			return g.addrKey(peer), nil
-		}
-		client, err := clientFromForwarded(r.Header[forwarded], trust, peer)
-		if err != nil {
-			return "", err
-		}
-		return g.addrKey(client), nil
-	}
+	return g.behindProxies("Forwarded", forwarded, trustedProxies, clientFromForwarded)
 }
 
 // clientFromForwarded walks the merged Forwarded lines from the right and

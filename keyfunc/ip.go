@@ -130,10 +130,20 @@ func ForwardedFor(trustedProxies ...netip.Prefix) Func {
 
 // ForwardedFor is the package-level ForwardedFor with g's IPv6 grouping.
 func (g IPv6Grouping) ForwardedFor(trustedProxies ...netip.Prefix) Func {
+	return g.behindProxies("ForwardedFor", xForwardedFor, trustedProxies, clientFromXFF)
+}
+
+// behindProxies returns the Func of a forwarding list header that proxies
+// append to (X-Forwarded-For, Forwarded): a peer that is not trusted is the
+// client, whatever it sent; a trusted peer's header lines are walked by
+// client. With no trustedProxies it is RemoteIP. name is the constructor's,
+// for its panics.
+func (g IPv6Grouping) behindProxies(name, header string, trustedProxies []netip.Prefix,
+	client func(lines []string, trust trustSet, peer netip.Addr) (netip.Addr, error)) Func {
 	if len(trustedProxies) == 0 {
 		return g.RemoteIP()
 	}
-	trust := newTrustSet("ForwardedFor", trustedProxies)
+	trust := newTrustSet(name, trustedProxies)
 	return func(r *http.Request) (string, error) {
 		peer, err := parsePeer(r.RemoteAddr)
 		if err != nil {
@@ -142,11 +152,11 @@ func (g IPv6Grouping) ForwardedFor(trustedProxies ...netip.Prefix) Func {
 		if !trust.contains(peer) {
 			return g.addrKey(peer), nil
 		}
-		client, err := clientFromXFF(r.Header[xForwardedFor], trust, peer)
+		a, err := client(r.Header[header], trust, peer)
 		if err != nil {
 			return "", err
 		}
-		return g.addrKey(client), nil
+		return g.addrKey(a), nil
 	}
 }
 

@@ -37,7 +37,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 
 	"github.com/sluicehq/sluice/core"
-	"github.com/sluicehq/sluice/examples/observability/internal/example"
+	"github.com/sluicehq/sluice/examples/internal/example"
 	"github.com/sluicehq/sluice/nethttp"
 )
 

@@ -25,7 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluicehq/sluice/core"
-	"github.com/sluicehq/sluice/examples/observability/internal/example"
+	"github.com/sluicehq/sluice/examples/internal/example"
 	"github.com/sluicehq/sluice/nethttp"
 )
 
