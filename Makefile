@@ -11,9 +11,9 @@ REDIS_PKGS = redis-server redis-tools
 .PHONY: test redis vet observability fuzz soak bench
 
 test: redis vet observability
-	$(GO) test -race -count=1 ./...
-	@# allocation budgets: counts mean nothing under -race, so once more without it
+	@# allocation budgets first: counts mean nothing under -race
 	$(GO) test -count=1 -run 'Alloc' ./...
+	$(GO) test -race -count=1 ./...
 
 vet:
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
