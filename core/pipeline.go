@@ -209,11 +209,18 @@ func (b *batcher) do(ctx context.Context, timeout time.Duration, c *call) (answe
 	case <-c.done:
 		return true, c.err
 	case <-expired:
-		c.abandoned.Store(true)
-		return false, context.DeadlineExceeded
+		err = context.DeadlineExceeded
 	case <-ctx.Done():
-		c.abandoned.Store(true)
-		return false, ctx.Err()
+		err = ctx.Err()
+	}
+	c.abandoned.Store(true)
+	// An answer that arrived with the deadline is still the answer: the
+	// decision was made in Redis, and the caller should know it.
+	select {
+	case <-c.done:
+		return true, c.err
+	default:
+		return false, err
 	}
 }
 
