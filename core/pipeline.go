@@ -452,10 +452,15 @@ func parseReply(reply []interface{}, width int, dst []int64) ([]int64, []interfa
 }
 
 // scriptError is one request's error inside a script reply, such as
-// "WRONGTYPE Operation against a key holding the wrong kind of value".
+// "WRONGTYPE Operation against a key holding the wrong kind of value". It
+// is a reply from Redis (redis.Error), so it says nothing about Redis's
+// health.
 type scriptError string
 
 func (e scriptError) Error() string { return string(e) }
+
+// RedisError marks scriptError as an error Redis replied with.
+func (scriptError) RedisError() {}
 
 func isNoScript(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")

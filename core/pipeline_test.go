@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -71,8 +72,17 @@ func TestBatchedErrorsArePerCall(t *testing.T) {
 	if len(failed) != 1 || failed["poisoned"] != 30 {
 		t.Errorf("failures by key: %v; want only the 30 calls on the poisoned key", failed)
 	}
+	// However many in a row, an error about one key is not Redis failing.
+	for i := 0; i < 10; i++ {
+		if _, err := lim.Allow(ctx, "poisoned"); err == nil || errors.Is(err, ErrUnavailable) {
+			t.Fatalf("call %d on the poisoned key: %v", i, err)
+		}
+	}
 	if lim.Health() != Healthy {
 		t.Error("an error about one key made Redis unhealthy")
+	}
+	if r, err := lim.Allow(ctx, "fresh"); err != nil || !r.Allowed {
+		t.Errorf("another key after the errors: %+v %v", r, err)
 	}
 }
 
