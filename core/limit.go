@@ -28,7 +28,7 @@ type Algorithm string
 //   - GCRA polices like TokenBucket (the two admit exactly the same
 //     sequences) but keeps a single timestamp per key.
 const (
-	FixedWindow          Algorithm = "fixed_window"           // INCR + PEXPIRE per window
+	FixedWindow          Algorithm = "fixed_window"           // a count per window, stored with its expiry in one step
 	SlidingWindowLog     Algorithm = "sliding_window_log"     // sorted set of admitted events: exact
 	SlidingWindowCounter Algorithm = "sliding_window_counter" // weighted previous + current window
 	LeakyBucket          Algorithm = "leaky_bucket"           // a queue: admitted requests are delayed to drain at Rate
