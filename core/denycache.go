@@ -2,6 +2,7 @@ package core
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -23,6 +24,9 @@ import (
 type denyCache struct {
 	shards [denyShards]denyShard
 	limit  int // entries per shard
+	// resets counts Resets: a denial decided before a Reset may arrive
+	// after it, and must not be cached then (see put).
+	resets atomic.Uint64
 }
 
 const denyShards = 16
@@ -68,6 +72,9 @@ func (c *denyCache) get(key string, n int, now time.Time) (Result, bool) {
 	for i, rr := range e.res.Rules {
 		rr.RetryAfter = max(rr.RetryAfter-elapsed, 0)
 		rr.ResetAfter = max(rr.ResetAfter-elapsed, 0)
+		if rr.RetryAfter == 0 {
+			rr.Allowed = true // this rule's own wait is over
+		}
 		res.Rules[i] = rr
 	}
 	return res, true
@@ -81,13 +88,19 @@ func (c *denyCache) get(key string, n int, now time.Time) (Result, bool) {
 // A live entry for the same cost is kept, not replaced: callers that reached
 // Redis together get denials a few microseconds apart, and replacing one by
 // another would make RetryAfter jump back up.
-func (c *denyCache) put(key string, n int, res Result, now time.Time) {
+//
+// resets is the count of Resets read before the request was sent: if a
+// Reset happened since, the denial may predate it and is not cached.
+func (c *denyCache) put(key string, n int, res Result, now time.Time, resets uint64) {
 	if res.Allowed || res.RetryAfter <= 0 {
 		return
 	}
 	s := c.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if c.resets.Load() != resets {
+		return
+	}
 	old, ok := s.entries[key]
 	if ok && old.n == n && now.Before(old.until) {
 		return
@@ -108,6 +121,7 @@ func (c *denyCache) put(key string, n int, res Result, now time.Time) {
 func (c *denyCache) forget(key string) {
 	s := c.shard(key)
 	s.mu.Lock()
+	c.resets.Add(1)
 	delete(s.entries, key)
 	s.mu.Unlock()
 }

@@ -17,7 +17,7 @@ func TestDenyCacheCountsDown(t *testing.T) {
 		{Name: "r", RetryAfter: 3 * s, ResetAfter: 10 * s},
 		{Name: "other", Allowed: true, Remaining: 4, ResetAfter: 500 * ms},
 	}}
-	c.put("k", 1, denied, t0)
+	c.put("k", 1, denied, t0, 0)
 	steps := []struct {
 		at      time.Duration
 		n       int
@@ -58,7 +58,7 @@ func TestDenyCacheIsBounded(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	denied := Result{RetryAfter: s}
 	for i := 0; i < 1000; i++ {
-		c.put(fmt.Sprint(i), 1, denied, t0)
+		c.put(fmt.Sprint(i), 1, denied, t0, 0)
 	}
 	total := 0
 	for i := range c.shards {
@@ -68,7 +68,7 @@ func TestDenyCacheIsBounded(t *testing.T) {
 		t.Errorf("%d entries in a cache of %d", total, denyShards)
 	}
 	// Expired entries make room.
-	c.put("late", 1, denied, t0.Add(2*s))
+	c.put("late", 1, denied, t0.Add(2*s), 0)
 	if _, ok := c.get("late", 1, t0.Add(2*s)); !ok {
 		t.Error("an expired entry did not make room")
 	}

@@ -139,6 +139,9 @@ func (h *health) recover() {
 			}
 			return
 		}
+		if errors.Is(err, redis.ErrClosed) {
+			return // the client is closed for good: nothing to wait for
+		}
 		h.mu.Lock()
 		h.lastErr = err
 		h.mu.Unlock()

@@ -149,15 +149,17 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int) (Result, error)
 	if l.opts.observer != nil || l.denied != nil {
 		start = time.Now()
 	}
+	var resets uint64
 	if l.denied != nil {
 		if res, ok := l.denied.get(key, n, start); ok {
 			l.observe(Event{Outcome: OutcomeDenied, Rule: res.Rule, Cached: true}, key, n, start)
 			return res, nil
 		}
+		resets = l.denied.resets.Load()
 	}
 	res, err := l.decide(ctx, key, "1", n)
 	if l.denied != nil && err == nil && !res.Allowed && !l.opts.shadow {
-		l.denied.put(key, n, res, start)
+		l.denied.put(key, n, res, start, resets)
 	}
 	shadow := false
 	if l.opts.shadow && !res.Allowed && err == nil {
@@ -238,9 +240,11 @@ func (l *Limiter) decide(ctx context.Context, key, mode string, n int) (Result, 
 		l.health.success()
 		return res, nil
 	}
-	// A caller canceling says nothing about Redis; a deadline running out,
-	// the limiter's or the caller's, does.
-	if !errors.Is(ctx.Err(), context.Canceled) && availability(err) {
+	// Only the limiter's own timeout, or an error, says something about
+	// Redis: a caller that gave up (its context canceled or past its own
+	// deadline) does not, or one impatient caller could take Redis out of
+	// service for everyone.
+	if ctx.Err() == nil && availability(err) {
 		l.health.failure(err)
 	}
 	return l.fallback(key, mode, n, err)

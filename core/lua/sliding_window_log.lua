@@ -26,17 +26,19 @@ local function sliding_window_log(key, now, rate, period, _, n, tick)
   end
   return true, rate - c, 0, reset_before, reset_after, 0, function()
     call('ZREMRANGEBYSCORE', key, '-inf', from)
-    -- Members of one time are told apart by index: c only grows while the
-    -- time stays the same, so "<time>:<c+i>" is new. ZADD in chunks keeps
-    -- unpack below Lua's stack limit for large costs.
+    -- Members of one time are told apart by index, counted from the members
+    -- that time already has (none of them is ever removed while it is now,
+    -- even if the clock stepped back to it), so "<time>:<base+i>" is new.
+    -- ZADD in chunks keeps unpack below Lua's stack limit for large costs.
     local t = int(now)
+    local base = call('ZCOUNT', key, t, t)
     local i = 0
     while i < n do
       local args = {}
       local j = 0
       while i < n and j < 200 do
         args[j + 1] = t
-        args[j + 2] = t .. ':' .. int(c + i)
+        args[j + 2] = t .. ':' .. int(base + i)
         i = i + 1
         j = j + 2
       end
