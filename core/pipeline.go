@@ -184,7 +184,10 @@ func (b *batcher) do(ctx context.Context, timeout time.Duration, c *call) (answe
 		c.deadline = d
 	}
 	b.mu.Lock()
-	if b.inline && b.active == 0 && !c.deadline.IsZero() {
+	// Inline only for a caller that cannot cancel: go-redis bounds the
+	// command by the deadline, but does not watch cancellation while it
+	// reads; a caller that can cancel waits on its own answer instead.
+	if b.inline && b.active == 0 && !c.deadline.IsZero() && ctx.Done() == nil {
 		b.active++ // callers arriving meanwhile queue behind this one
 		b.mu.Unlock()
 		return b.sendInline(c)
@@ -228,8 +231,9 @@ func (b *batcher) do(ctx context.Context, timeout time.Duration, c *call) (answe
 // (no pipeline): go-redis ends it at c's deadline. Then it hands what queued
 // meanwhile to a flusher.
 func (b *batcher) sendInline(c *call) (bool, error) {
-	c.ctx.deadline = c.deadline
 	ctx := &c.ctx
+	ctx.arm(c.deadline)
+	defer ctx.disarm()
 	switch c.kind {
 	case callScript:
 		args := append(append(c.scratch[:0], b.ruleArgs...), c.args...)
@@ -297,17 +301,78 @@ func (b *batcher) flush() {
 	}
 }
 
-// execContext is the context of one flusher's pipelines: only a deadline,
-// reused from batch to batch, so sending a batch allocates no context and
-// no timer. go-redis reads the deadline to give up dialling and waiting for
-// a connection; Done is nil, as for context.Background.
-type execContext struct{ deadline time.Time }
+// execContext is the context of one send: a flusher's batch, or an inline
+// call. It ends (Done is closed) at the send's deadline, so go-redis gives
+// up dialling or waiting for a pooled connection once nobody waits for the
+// answer any more; with ContextTimeoutEnabled it also bounds the read.
+//
+// It is reused from send to send, so a send allocates no context and no
+// timer: arm starts a send, disarm ends it. A timer that fires late, after
+// its send has ended, ends nothing: fire checks the current deadline.
+type execContext struct {
+	mu       sync.Mutex
+	deadline time.Time
+	armed    bool
+	expired  bool
+	done     chan struct{}
+	timer    *time.Timer
+}
 
-func (c *execContext) Deadline() (time.Time, bool) { return c.deadline, true }
-func (c *execContext) Done() <-chan struct{}       { return nil }
-func (c *execContext) Value(any) any               { return nil }
+// arm makes c the context of a send that ends at deadline.
+func (c *execContext) arm(deadline time.Time) {
+	c.mu.Lock()
+	if c.done == nil || c.expired {
+		c.done = make(chan struct{}) // the last one was closed
+		c.expired = false
+	}
+	c.deadline, c.armed = deadline, true
+	c.mu.Unlock()
+	if c.timer == nil {
+		c.timer = time.AfterFunc(time.Until(deadline), c.fire)
+	} else {
+		c.timer.Reset(time.Until(deadline))
+	}
+}
+
+// disarm ends the send.
+func (c *execContext) disarm() {
+	c.mu.Lock()
+	c.armed = false
+	c.mu.Unlock()
+	c.timer.Stop()
+}
+
+func (c *execContext) fire() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.armed && !c.expired && !time.Now().Before(c.deadline) {
+		c.expired = true
+		close(c.done)
+	}
+}
+
+// Deadline returns the send's deadline.
+func (c *execContext) Deadline() (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.deadline, true
+}
+
+// Done is closed when the send's deadline has passed.
+func (c *execContext) Done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.done
+}
+
+// Value holds nothing.
+func (c *execContext) Value(any) any { return nil }
+
+// Err is context.DeadlineExceeded once the deadline has passed.
 func (c *execContext) Err() error {
-	if time.Now().After(c.deadline) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.expired {
 		return context.DeadlineExceeded
 	}
 	return nil
@@ -341,7 +406,8 @@ func (b *batcher) exec(x *execScratch, batch []*call) {
 	if latest.After(deadline) {
 		latest = deadline
 	}
-	ctx.deadline = latest
+	ctx.arm(latest)
+	defer ctx.disarm()
 
 	if cap(x.others) < len(batch) {
 		x.others = make([]redis.Cmder, len(batch))
