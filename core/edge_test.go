@@ -19,14 +19,14 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
-// reviewHold takes the only connection of c's pool (PoolSize 1) with a
+// holdOnlyConnection takes the only connection of c's pool (PoolSize 1) with a
 // BLPOP that blocks until release is called. It returns once Redis reports
 // the BLPOP as blocked.
-func reviewHold(t *testing.T, c *redis.Client, name string) (release func()) {
+func holdOnlyConnection(t *testing.T, c *redis.Client, name string) (release func()) {
 	t.Helper()
 	admin := redistest.Client(t)
 	ctx := context.Background()
-	list := fmt.Sprintf("review-hold-%s-%d", name, time.Now().UnixNano())
+	list := fmt.Sprintf("edge-hold-%s-%d", name, time.Now().UnixNano())
 	done := make(chan error, 1)
 	go func() { done <- c.BLPop(context.Background(), 0, list).Err() }()
 	for deadline := time.Now().Add(20 * time.Second); ; {
@@ -57,8 +57,8 @@ func reviewHold(t *testing.T, c *redis.Client, name string) (release func()) {
 	return release
 }
 
-// reviewIdle waits until b has no flusher and no inline sender left.
-func reviewIdle(t *testing.T, b *batcher) {
+// waitBatcherIdle waits until b has no flusher and no inline sender left.
+func waitBatcherIdle(t *testing.T, b *batcher) {
 	t.Helper()
 	for deadline := time.Now().Add(40 * time.Second); ; {
 		b.mu.Lock()
@@ -84,12 +84,12 @@ func reviewIdle(t *testing.T, b *batcher) {
 func TestTimedOutDecisionIsNotSentLate(t *testing.T) {
 	opt := redistest.Options(t)
 	opt.PoolSize, opt.PoolTimeout, opt.MaxRetries = 1, 30*time.Second, -1
-	opt.ClientName = "review-late"
+	opt.ClientName = "edge-late"
 	c := redis.NewClient(opt)
 	t.Cleanup(func() { c.Close() }) // after the hold is released
 	lim := newOn(t, c, FixedWindow, PerHour(5), WithTimeout(50*time.Millisecond),
 		WithFailureMode(FailClosed), WithHealthCheck(0, 0), WithPrefix(fmt.Sprintf("late-%d", time.Now().UnixNano())))
-	release := reviewHold(t, c, opt.ClientName)
+	release := holdOnlyConnection(t, c, opt.ClientName)
 
 	r, err := lim.Allow(context.Background(), "k")
 	if !errors.Is(err, context.DeadlineExceeded) || r.Allowed {
@@ -98,7 +98,7 @@ func TestTimedOutDecisionIsNotSentLate(t *testing.T) {
 	// The caller has been answered (denied, FailClosed). Now the connection
 	// frees up.
 	release()
-	reviewIdle(t, lim.batch)
+	waitBatcherIdle(t, lim.batch)
 	admin := redistest.Client(t)
 	if v, err := admin.Get(context.Background(), lim.keys("k")[0]).Result(); err != redis.Nil {
 		t.Errorf("a decision whose caller had timed out (and been denied) was executed afterwards: key holds %q (%v)", v, err)
@@ -113,7 +113,7 @@ func TestInlineSendHonoursTimeoutWaitingForAConnection(t *testing.T) {
 	opt := redistest.Options(t)
 	opt.PoolSize, opt.PoolTimeout, opt.MaxRetries = 1, time.Hour, -1
 	opt.ContextTimeoutEnabled = true
-	opt.ClientName = "review-inline-pool"
+	opt.ClientName = "edge-inline-pool"
 	c := redis.NewClient(opt)
 	t.Cleanup(func() { c.Close() }) // after the hold is released
 	lim := newOn(t, c, GCRA, PerSecond(10), WithTimeout(50*time.Millisecond),
@@ -121,7 +121,7 @@ func TestInlineSendHonoursTimeoutWaitingForAConnection(t *testing.T) {
 	if !lim.batch.inline {
 		t.Fatal("ContextTimeoutEnabled not detected")
 	}
-	release := reviewHold(t, c, opt.ClientName)
+	release := holdOnlyConnection(t, c, opt.ClientName)
 
 	done := make(chan error, 1)
 	go func() {
@@ -197,18 +197,18 @@ func TestCallerDeadlineDoesNotOpenTheBreaker(t *testing.T) {
 	}
 }
 
-// reviewGate is a go-redis hook that, once armed, lets the next pipeline
+// pipelineGate is a go-redis hook that, once armed, lets the next pipeline
 // holding an EVALSHA run in Redis and then holds its answer until opened.
-type reviewGate struct {
+type pipelineGate struct {
 	armed    chan struct{} // closed: the next EVALSHA pipeline is held
 	executed chan struct{} // closed when the held pipeline has run in Redis
 	open     chan struct{} // closed: the held pipeline's answer goes on
 	taken    bool
 }
 
-func (g *reviewGate) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (g *reviewGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-func (g *reviewGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (g *pipelineGate) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (g *pipelineGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (g *pipelineGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		err := next(ctx, cmds)
 		select {
@@ -239,7 +239,7 @@ func TestDenyCacheAfterOwnReset(t *testing.T) {
 		t.Fatal(r, err)
 	}
 	c := redistest.Client(t)
-	gate := &reviewGate{armed: make(chan struct{}), executed: make(chan struct{}), open: make(chan struct{})}
+	gate := &pipelineGate{armed: make(chan struct{}), executed: make(chan struct{}), open: make(chan struct{})}
 	c.AddHook(gate)
 	lim := newOn(t, c, FixedWindow, PerHour(1), WithPrefix(prefix), WithDenyCache(100))
 	close(gate.armed)
