@@ -105,35 +105,9 @@ func ContextValue(key any) Func {
 	}
 	errMissing := &KeyError{Source: "context", Err: detail(ErrNoKey, "no value under context key %#v", key)}
 	return func(r *http.Request) (string, error) {
-		var s string
-		switch v := r.Context().Value(key).(type) {
-		case nil:
-			return "", errMissing
-		case string:
-			s = v
-		case int:
-			s = strconv.FormatInt(int64(v), 10)
-		case int8:
-			s = strconv.FormatInt(int64(v), 10)
-		case int16:
-			s = strconv.FormatInt(int64(v), 10)
-		case int32:
-			s = strconv.FormatInt(int64(v), 10)
-		case int64:
-			s = strconv.FormatInt(v, 10)
-		case uint:
-			s = strconv.FormatUint(uint64(v), 10)
-		case uint8:
-			s = strconv.FormatUint(uint64(v), 10)
-		case uint16:
-			s = strconv.FormatUint(uint64(v), 10)
-		case uint32:
-			s = strconv.FormatUint(uint64(v), 10)
-		case uint64:
-			s = strconv.FormatUint(v, 10)
-		case fmt.Stringer:
-			s = v.String()
-		default:
+		v := r.Context().Value(key)
+		s, ok := idString(v)
+		if !ok {
 			return "", &KeyError{Source: "context", Err: fmt.Errorf(
 				"keyfunc: value of type %T under context key %#v is not a string, an integer or a fmt.Stringer", v, key)}
 		}
@@ -142,6 +116,62 @@ func ContextValue(key any) Func {
 		}
 		return valueKey("ctx", "", s), nil
 	}
+}
+
+// UserKey returns the key User makes for the user id v: "user:<id>", hashed
+// like User's when longer than 64 bytes or not printable ASCII. It serves
+// router adapters that find the id in their own context (ginlimit.UserKey,
+// echolimit.UserKey). v may be a string, any integer type or a
+// fmt.Stringer; nil, a nil pointer or an empty id is an ErrNoKey, any other
+// type an error naming it.
+func UserKey(v any) (string, error) {
+	s, ok := idString(v)
+	if !ok {
+		return "", &KeyError{Source: "context", Err: fmt.Errorf(
+			"keyfunc: user id of type %T is not a string, an integer or a fmt.Stringer", v)}
+	}
+	if s == "" {
+		return "", errNoUser
+	}
+	return valueKey("user", "", s), nil
+}
+
+// idString formats an id found in a context: a string, any integer type or
+// a fmt.Stringer. nil and a nil pointer give "" (no id); ok is false for
+// any other type.
+func idString(v any) (s string, ok bool) {
+	switch v := v.(type) {
+	case nil:
+		return "", true
+	case string:
+		return v, true
+	case int:
+		return strconv.FormatInt(int64(v), 10), true
+	case int8:
+		return strconv.FormatInt(int64(v), 10), true
+	case int16:
+		return strconv.FormatInt(int64(v), 10), true
+	case int32:
+		return strconv.FormatInt(int64(v), 10), true
+	case int64:
+		return strconv.FormatInt(v, 10), true
+	case uint:
+		return strconv.FormatUint(uint64(v), 10), true
+	case uint8:
+		return strconv.FormatUint(uint64(v), 10), true
+	case uint16:
+		return strconv.FormatUint(uint64(v), 10), true
+	case uint32:
+		return strconv.FormatUint(uint64(v), 10), true
+	case uint64:
+		return strconv.FormatUint(v, 10), true
+	case fmt.Stringer:
+		if rv := reflect.ValueOf(v); rv.Kind() == reflect.Pointer && rv.IsNil() {
+			return "", true // a nil pointer: calling String would panic
+		}
+		return v.String(), true
+	}
+	return "", false
 }
 
 var errNoRoute = &KeyError{Source: "route", Err: detail(ErrNoKey, "request has no route pattern")}

@@ -2,6 +2,7 @@ package keyfunc
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -144,4 +145,36 @@ func TestRouteFrom(t *testing.T) {
 			wantKey: "route#" + sha16(strings.Repeat("/a", 40)),
 		},
 	})
+}
+
+type nilStringer struct{ s string }
+
+func (p *nilStringer) String() string { return p.s }
+
+func TestIDsFromContexts(t *testing.T) {
+	type ctxKey struct{}
+	f := ContextValue(ctxKey{})
+	r := httptest.NewRequest("GET", "/", nil)
+	r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, (*nilStringer)(nil)))
+	if _, err := f(r); !errors.Is(err, ErrNoKey) {
+		t.Errorf("a nil pointer Stringer: %v, want ErrNoKey (and no panic)", err)
+	}
+	long := strings.Repeat("u", 100)
+	for _, c := range []struct {
+		v    any
+		want string
+		err  error
+	}{
+		{"alice", "user:alice", nil},
+		{int16(7), "user:7", nil},
+		{long, "user#" + sha16(long), nil},
+		{(*nilStringer)(nil), "", ErrNoKey},
+		{"", "", ErrNoKey},
+		{3.5, "", nil},
+	} {
+		got, err := UserKey(c.v)
+		if got != c.want || (c.err != nil && !errors.Is(err, c.err)) || (got == "") != (err != nil) {
+			t.Errorf("UserKey(%#v) = %q, %v; want %q, %v", c.v, got, err, c.want, c.err)
+		}
+	}
 }

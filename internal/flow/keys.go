@@ -3,8 +3,6 @@ package flow
 import (
 	"fmt"
 	"net/http"
-	"reflect"
-	"strconv"
 
 	"github.com/sluicehq/sluice/keyfunc"
 )
@@ -41,39 +39,14 @@ func ContextRouteKey(with []keyfunc.Func) func(r *http.Request, pattern string) 
 	}
 }
 
-// UserKey returns the key "user:<v>" of a user id v that authentication
-// middleware stored under name. v may be a string, an integer or a
-// fmt.Stringer; a missing or empty value is an error wrapping
-// keyfunc.ErrNoKey (an anonymous request), handled by the key-error policy.
+// UserKey returns the key of a user id v that authentication middleware
+// stored under name, as keyfunc.UserKey makes it ("user:<id>", bounded). A
+// missing or empty value is an error wrapping keyfunc.ErrNoKey (an anonymous
+// request), handled by the key-error policy.
 func UserKey(name string, v any) (string, error) {
-	var s string
-	switch v := v.(type) {
-	case string:
-		s = v
-	case int:
-		s = strconv.FormatInt(int64(v), 10)
-	case int64:
-		s = strconv.FormatInt(v, 10)
-	case int32:
-		s = strconv.FormatInt(int64(v), 10)
-	case uint:
-		s = strconv.FormatUint(uint64(v), 10)
-	case uint64:
-		s = strconv.FormatUint(v, 10)
-	case uint32:
-		s = strconv.FormatUint(uint64(v), 10)
-	case fmt.Stringer:
-		if rv := reflect.ValueOf(v); rv.Kind() == reflect.Pointer && rv.IsNil() {
-			break
-		}
-		s = v.String()
-	case nil:
-	default:
-		return "", &keyfunc.KeyError{Source: "context",
-			Err: fmt.Errorf("user id of type %T under %q is not a string, an integer or a fmt.Stringer", v, name)}
+	key, err := keyfunc.UserKey(v)
+	if err != nil {
+		return "", fmt.Errorf("user id under %q: %w", name, err)
 	}
-	if s == "" {
-		return "", &keyfunc.KeyError{Source: "context", Err: fmt.Errorf("%w: no user id under %q", keyfunc.ErrNoKey, name)}
-	}
-	return "user:" + s, nil
+	return key, nil
 }
