@@ -35,7 +35,7 @@ func TestAllocBudget(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		keys, args := lim.keys("k"), lim.args("1", 1)
+		keys, args := lim.keys("k"), lim.args(true, 1)
 		lim.Allow(ctx, "k")
 		base := testing.AllocsPerRun(200, func() { goRedisBaseline(ctx, c, keys, args) })
 		got := testing.AllocsPerRun(200, func() { lim.Allow(ctx, "k") })

@@ -102,7 +102,7 @@ func BenchmarkGoRedisBaseline(b *testing.B) {
 	c := redistest.Client(b)
 	ctx := context.Background()
 	lim := newBench(b, c, []Rule{{Name: "r", Algorithm: GCRA, Limit: PerHour(1 << 30)}})
-	keys, args := lim.keys("k"), lim.args("1", 1)
+	keys, args := lim.keys("k"), lim.args(true, 1)
 	b.ReportAllocs()
 	for b.Loop() {
 		goRedisBaseline(ctx, c, keys, args)

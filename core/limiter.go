@@ -35,7 +35,6 @@ var ErrCostExceedsLimit = errors.New("sluice: cost exceeds limit")
 // consecutive failures it stops asking Redis until a background probe finds
 // it answering again (see WithHealthCheck).
 type Limiter struct {
-	client redis.UniversalClient
 	rules  []compiledRule
 	prefix string
 	fp     string // fingerprint of the rules, part of every key
@@ -89,7 +88,7 @@ func NewPolicy(client redis.UniversalClient, rules []Rule, opts ...Option) (*Lim
 			compiled[i].withMaxDelay(o.maxDelay)
 		}
 	}
-	l := &Limiter{client: client, rules: compiled, prefix: o.prefix, fp: fingerprint(compiled), opts: o, batch: newBatcher(client, len(compiled), ruleArgs(compiled))}
+	l := &Limiter{rules: compiled, prefix: o.prefix, fp: fingerprint(compiled), opts: o, batch: newBatcher(client, len(compiled), ruleArgs(compiled))}
 	l.health = health{
 		threshold:  o.failures,
 		maxBackoff: o.maxBackoff,
@@ -142,7 +141,7 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
 // decision: Allowed for FailOpen, denied for FailClosed, the in-process
 // twin's Result for FailLocal.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int) (Result, error) {
-	if err := l.checkCost("AllowN", n); err != nil {
+	if err := checkCost(l.rules, "AllowN", n); err != nil {
 		return Result{}, err
 	}
 	var start time.Time
@@ -157,7 +156,7 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int) (Result, error)
 		}
 		resets = l.denied.resets.Load()
 	}
-	res, err := l.decide(ctx, key, "1", n)
+	res, err := l.decide(ctx, key, true, n)
 	if l.denied != nil && err == nil && !res.Allowed && !l.opts.shadow {
 		l.denied.put(key, n, res, start, resets)
 	}
@@ -198,7 +197,7 @@ func (l *Limiter) observe(ev Event, key string, n int, start time.Time) {
 // event would be. When Redis cannot be asked, Peek returns the error (and,
 // with FailLocal, the twin's view).
 func (l *Limiter) Peek(ctx context.Context, key string) (Result, error) {
-	return l.decide(ctx, key, "0", 1)
+	return l.decide(ctx, key, false, 1)
 }
 
 // Reset forgets key under every rule, as if it had never been seen.
@@ -231,11 +230,11 @@ func (l *Limiter) ping(ctx context.Context) error {
 }
 
 // decide asks Redis, or the failure mode when Redis cannot be asked.
-func (l *Limiter) decide(ctx context.Context, key, mode string, n int) (Result, error) {
+func (l *Limiter) decide(ctx context.Context, key string, consume bool, n int) (Result, error) {
 	if l.health.unhealthy() {
-		return l.fallback(key, mode, n, l.health.err())
+		return l.fallback(key, consume, n, l.health.err())
 	}
-	res, err := l.run(ctx, key, mode, n)
+	res, err := l.run(ctx, key, consume, n)
 	if err == nil {
 		l.health.success()
 		return res, nil
@@ -247,18 +246,18 @@ func (l *Limiter) decide(ctx context.Context, key, mode string, n int) (Result, 
 	if ctx.Err() == nil && availability(err) {
 		l.health.failure(err)
 	}
-	return l.fallback(key, mode, n, err)
+	return l.fallback(key, consume, n, err)
 }
 
-func (l *Limiter) fallback(key, mode string, n int, err error) (Result, error) {
+func (l *Limiter) fallback(key string, consume bool, n int, err error) (Result, error) {
 	if l.local != nil {
-		if mode == "1" {
+		if consume {
 			res, _ := l.local.AllowN(time.Now(), key, n)
 			return res, err
 		}
 		return l.local.Peek(time.Now(), key), err
 	}
-	if mode == "0" {
+	if !consume {
 		return Result{}, err
 	}
 	r := l.rules[0]
@@ -284,7 +283,7 @@ func (l *Limiter) Wait(ctx context.Context, key string) error {
 // work through unthrottled or blocking without end; with FailLocal it waits
 // on the in-process twin instead. In shadow mode it never waits.
 func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
-	if err := l.checkCost("WaitN", n); err != nil {
+	if err := checkCost(l.rules, "WaitN", n); err != nil {
 		return err
 	}
 	for {
@@ -312,11 +311,6 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
 			return nil
 		}
 	}
-}
-
-// checkCost validates n against every rule.
-func (l *Limiter) checkCost(method string, n int) error {
-	return checkCost(l.rules, method, n)
 }
 
 // sleep waits d or until ctx is done.

@@ -145,9 +145,6 @@ func (c *compiledRule) scriptArgs() []interface{} {
 	}
 }
 
-// argsPerRule is the number of ARGV entries of every rule.
-const argsPerRule = 6
-
 // withMaxDelay bounds the delay of a LeakyBucket rule to d (rounded down to
 // whole ticks). A bound the meter can never reach (its whole drain time or
 // more) is dropped, which also keeps d × rateUnits small.

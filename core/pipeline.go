@@ -89,7 +89,7 @@ func (x *execScratch) reset() {
 type call struct {
 	kind callKind
 	keys []string      // the request's keys, one per rule
-	args []interface{} // the request's own arguments: mode and cost
+	args []interface{} // the request's own arguments: consume ("1" or "0") and cost
 	slot int           // the Redis Cluster slot of its keys, when grouped by slot
 
 	scratch []interface{} // the inline path's full argument list

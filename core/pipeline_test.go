@@ -96,7 +96,7 @@ func TestAbandonedCallsAreNotSent(t *testing.T) {
 	cancel()
 	key := fmt.Sprintf("abandoned-%d", time.Now().UnixNano())
 	c1 := getCall(callScript)
-	c1.keys, c1.args = []string{key}, appendArgs(nil, "1", 1)
+	c1.keys, c1.args = []string{key}, appendArgs(nil, true, 1)
 	answered, err := b.do(ctx, 0, c1)
 	if answered || err != context.Canceled {
 		t.Fatalf("got %v", err)

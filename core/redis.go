@@ -52,16 +52,16 @@ var costArgs = func() (a [65]interface{}) {
 	return a
 }()
 
-// appendArgs appends a request's own script arguments, mode ("1" consume,
-// "0" peek) and n, to dst.
-func appendArgs(dst []interface{}, mode string, n int) []interface{} {
+// appendArgs appends a request's own script arguments to dst: "1" to
+// consume (AllowN) or "0" to only look (Peek), then n.
+func appendArgs(dst []interface{}, consume bool, n int) []interface{} {
 	var cost interface{}
 	if n < len(costArgs) {
 		cost = costArgs[n]
 	} else {
 		cost = strconv.Itoa(n)
 	}
-	if mode == "1" {
+	if consume {
 		return append(dst, "1", cost)
 	}
 	return append(dst, "0", cost)
@@ -78,17 +78,17 @@ func ruleArgs(rules []compiledRule) []interface{} {
 }
 
 // args returns the whole ARGV of one request alone.
-func (l *Limiter) args(mode string, n int) []interface{} {
-	return appendArgs(append([]interface{}(nil), l.batch.ruleArgs...), mode, n)
+func (l *Limiter) args(consume bool, n int) []interface{} {
+	return appendArgs(append([]interface{}(nil), l.batch.ruleArgs...), consume, n)
 }
 
 // run decides key by the script, in the limiter's batcher, within the
 // limiter's timeout.
-func (l *Limiter) run(ctx context.Context, key, mode string, n int) (Result, error) {
+func (l *Limiter) run(ctx context.Context, key string, consume bool, n int) (Result, error) {
 	c := getCall(callScript)
 	stored := storedKey(key)
 	c.keys = l.appendKeys(c.keys, stored)
-	c.args = appendArgs(c.args, mode, n)
+	c.args = appendArgs(c.args, consume, n)
 	if l.batch.grouping == groupSlot {
 		c.slot = clusterSlot(stored)
 	}
@@ -103,15 +103,11 @@ func (l *Limiter) run(ctx context.Context, key, mode string, n int) (Result, err
 	if len(c.res) != 1+5*len(l.rules) {
 		return Result{}, fmt.Errorf("sluice: unexpected script reply of %d values", len(c.res))
 	}
-	return l.result(c.res), nil
+	return buildResult(l.rules, c.res), nil
 }
 
-// result turns a script reply (see lua/policy.lua) into a Result. The Go
-// twin produces the same reply, so both share this.
-func (l *Limiter) result(v []int64) Result {
-	return buildResult(l.rules, v)
-}
-
+// buildResult turns a script reply (see lua/policy.lua) into a Result. The
+// Go twin produces the same reply, so both share it.
 func buildResult(rules []compiledRule, v []int64) Result {
 	res := Result{Allowed: v[0] == 1, Rules: make([]RuleResult, len(rules))}
 	decider := -1
