@@ -81,15 +81,17 @@ type health struct {
 	failures atomic.Int32
 	open     atomic.Bool
 	mu       sync.Mutex
-	lastErr  error
+	lastErr  error // ErrUnavailable wrapping the last failure, built once per failure
 }
 
 func (h *health) unhealthy() bool { return h.open.Load() }
 
+// err is the error of decisions made while Redis is unhealthy: the same
+// value for all of them, so an outage allocates nothing per decision.
 func (h *health) err() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return &unavailableError{h.lastErr}
+	return h.lastErr
 }
 
 type unavailableError struct{ cause error }
@@ -112,7 +114,7 @@ func (h *health) failure(err error) {
 		return
 	}
 	h.mu.Lock()
-	h.lastErr = err
+	h.lastErr = &unavailableError{err}
 	h.mu.Unlock()
 	if h.open.CompareAndSwap(false, true) {
 		if h.hook != nil {
@@ -143,7 +145,7 @@ func (h *health) recover() {
 			return // the client is closed for good: nothing to wait for
 		}
 		h.mu.Lock()
-		h.lastErr = err
+		h.lastErr = &unavailableError{err}
 		h.mu.Unlock()
 		backoff = min(2*backoff, max(h.maxBackoff, 50*time.Millisecond))
 	}

@@ -76,17 +76,9 @@ func NewPolicy(client redis.UniversalClient, rules []Rule, opts ...Option) (*Lim
 	if o.failure < FailOpen || o.failure > FailLocal {
 		return nil, fmt.Errorf("%w: unknown failure mode %d", ErrInvalidLimit, o.failure)
 	}
-	if o.maxDelay < -1 {
-		return nil, fmt.Errorf("%w: negative max delay", ErrInvalidLimit)
-	}
-	compiled, err := compileRules(rules)
+	compiled, err := compilePolicy(rules, o)
 	if err != nil {
 		return nil, err
-	}
-	if o.maxDelay >= 0 {
-		for i := range compiled {
-			compiled[i].withMaxDelay(o.maxDelay)
-		}
 	}
 	l := &Limiter{rules: compiled, prefix: o.prefix, fp: fingerprint(compiled), opts: o, batch: newBatcher(client, len(compiled), ruleArgs(compiled))}
 	l.health = health{

@@ -49,17 +49,9 @@ func NewLocal(rules []Rule, opts ...Option) (*Local, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if o.maxDelay < -1 {
-		return nil, fmt.Errorf("%w: negative max delay", ErrInvalidLimit)
-	}
-	compiled, err := compileRules(rules)
+	compiled, err := compilePolicy(rules, o)
 	if err != nil {
 		return nil, err
-	}
-	if o.maxDelay >= 0 {
-		for i := range compiled {
-			compiled[i].withMaxDelay(o.maxDelay)
-		}
 	}
 	return &Local{rules: compiled, keys: make(map[string][]localState)}, nil
 }

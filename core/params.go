@@ -56,6 +56,24 @@ func gcd(a, b int64) int64 {
 	return a
 }
 
+// compilePolicy validates rules and the options that change decisions
+// (WithMaxDelay), for NewPolicy and NewLocal alike.
+func compilePolicy(rules []Rule, o options) ([]compiledRule, error) {
+	if o.maxDelay < -1 {
+		return nil, fmt.Errorf("%w: negative max delay", ErrInvalidLimit)
+	}
+	compiled, err := compileRules(rules)
+	if err != nil {
+		return nil, err
+	}
+	if o.maxDelay >= 0 {
+		for i := range compiled {
+			compiled[i].withMaxDelay(o.maxDelay)
+		}
+	}
+	return compiled, nil
+}
+
 func compileRules(rules []Rule) ([]compiledRule, error) {
 	if len(rules) == 0 {
 		return nil, fmt.Errorf("%w: no rules", ErrInvalidLimit)
