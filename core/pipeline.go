@@ -40,11 +40,12 @@ type batcher struct {
 	rules     int           // keys per decision
 	ruleArgs  []interface{} // the script arguments every decision shares
 
-	mu      sync.Mutex
-	pending []*call
-	spare   []*call // an emptied batch, reused as the next pending slice
-	active  int
-	scratch []*execScratch // idle flushers' scratch, reused by the next
+	mu       sync.Mutex
+	pending  []*call
+	spare    []*call        // an emptied batch, reused as the next pending slice
+	active   int            // flushers running, and a caller sending inline
+	inflight int            // calls in the batches being sent
+	scratch  []*execScratch // idle flushers' scratch, reused by the next
 }
 
 // execScratch is what a flusher needs to send batches, kept from one
@@ -193,7 +194,7 @@ func (b *batcher) do(ctx context.Context, timeout time.Duration, c *call) (answe
 		return b.sendInline(c)
 	}
 	b.pending = append(b.pending, c)
-	start := b.active < b.flushers
+	start := b.canStart()
 	if start {
 		b.active++
 	}
@@ -264,12 +265,27 @@ func (b *batcher) sendInline(c *call) (bool, error) {
 	return true, c.err
 }
 
+// canStart reports whether a flusher may start on what is pending now, with
+// b.mu held. With nothing in flight, always: a lone caller is sent at once.
+// With a batch in flight, only once as many calls are pending as are in
+// flight. Redis runs one script call after the other, so a second pipeline
+// sent early would only queue behind the first; a few calls sent alone
+// would each pay a whole script call and round trip, and hold a flusher
+// that a larger batch could use. (Measured at 64 callers: a fifth of the
+// batches were single calls without this, and 15-25% fewer decisions per
+// second.) What does not go now goes when the batch in flight returns.
+func (b *batcher) canStart() bool {
+	return b.active == 0 || b.active < b.flushers && len(b.pending) >= b.inflight
+}
+
 // flush sends batches until the queue is empty.
 func (b *batcher) flush() {
 	var x *execScratch
 	var done []*call // the batch just sent, to give back as spare
+	sent := 0        // its length
 	for {
 		b.mu.Lock()
+		b.inflight -= sent
 		if x == nil {
 			if n := len(b.scratch); n > 0 {
 				x, b.scratch = b.scratch[n-1], b.scratch[:n-1]
@@ -281,7 +297,9 @@ func (b *batcher) flush() {
 			clear(done)
 			b.spare = done[:0]
 		}
-		if len(b.pending) == 0 {
+		// Another flusher in flight picks up what is pending when it
+		// returns, unless there is enough to go now (see canStart).
+		if len(b.pending) == 0 || b.active > 1 && len(b.pending) < b.inflight {
 			b.active--
 			b.scratch = append(b.scratch, x)
 			b.mu.Unlock()
@@ -296,6 +314,8 @@ func (b *batcher) flush() {
 			b.pending, b.spare = b.spare, nil
 			done = batch
 		}
+		sent = len(batch)
+		b.inflight += sent
 		b.mu.Unlock()
 		b.exec(x, batch)
 	}
