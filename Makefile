@@ -57,16 +57,18 @@ fuzz:
 # benchmarks start themselves (about 4 minutes on 2 cores). It prints the
 # tables and ratios and writes bench/results.txt, bench/chart.svg and the
 # results section of BENCHMARKS.md. BENCH_QUICK=1 runs only sluice GCRA (on
-# both clients), redis_rate and ulule at c=1 and c=64, 1s each;
+# both clients), redis_rate and ulule at c=1 and c=64, and BenchmarkLatency
+# (one caller, the same libraries interleaved), 1s each;
 # BENCH=<regexp> and BENCHTIME=<duration> choose other runs. Those only
 # print, into bench/results-quick.txt. BENCHCOUNT=<n> runs each benchmark n
 # times and the report takes the medians. BENCHFLAGS passes flags to the
 # test binary: -redis.ctxtimeout (ContextTimeoutEnabled on every client),
 # -sluice.timeout=<duration>.
 bench: redis
-	cd bench && $(GO) test -run '$(if $(BENCH_QUICK)$(BENCH),^$$,^TestMemoryPerKey$$)' \
+	cd bench && { $(GO) test -run '$(if $(BENCH_QUICK)$(BENCH),^$$,^TestMemoryPerKey$$)' \
 		-bench '$(or $(BENCH),$(if $(BENCH_QUICK),^BenchmarkAllow$$/^(sluice_gcra|sluice_gcra_ctxtimeout|redis_rate|ulule)$$/^c=(1|64)$$,.))' \
-		-benchtime $(or $(BENCHTIME),$(if $(BENCH_QUICK),1s,2s)) -count $(or $(BENCHCOUNT),1) -timeout 60m . $(BENCHFLAGS) 2>&1 \
+		-benchtime $(or $(BENCHTIME),$(if $(BENCH_QUICK),1s,2s)) -count $(or $(BENCHCOUNT),1) -timeout 60m . $(BENCHFLAGS); \
+		$(if $(BENCH_QUICK),$(GO) test -run '^$$' -bench '^BenchmarkLatency$$' -benchtime 2s -count $(or $(BENCHCOUNT),1) . $(BENCHFLAGS);) } 2>&1 \
 		| tee $(if $(BENCH_QUICK)$(BENCH),results-quick.txt,results.txt)
 	cd bench && $(GO) run ./cmd/report -in $(if $(BENCH_QUICK)$(BENCH),results-quick.txt,results.txt) \
 		$(if $(BENCH_QUICK)$(BENCH),,-svg chart.svg -md ../BENCHMARKS.md)
