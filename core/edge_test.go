@@ -275,6 +275,10 @@ type droppingProxy struct {
 	mu      sync.Mutex
 	armed   bool
 	swallow net.Conn // the client side whose replies are dropped
+	// refuse, when above 0, answers that many writes holding an EVALSHA
+	// with a LOADING error instead of forwarding them: Redis never sees
+	// them, as while it loads its data after a restart.
+	refuse int
 }
 
 func startDroppingProxy(t *testing.T, target string) *droppingProxy {
@@ -313,14 +317,22 @@ func startDroppingProxy(t *testing.T, target string) *droppingProxy {
 				for {
 					n, err := cl.Read(buf)
 					if n > 0 {
+						refused := false
 						if bytes.Contains(bytes.ToLower(buf[:n]), []byte("evalsha")) {
 							p.mu.Lock()
-							if p.armed && p.swallow == nil {
+							if p.refuse > 0 {
+								p.refuse--
+								refused = true
+							} else if p.armed && p.swallow == nil {
 								p.swallow = cl
 							}
 							p.mu.Unlock()
 						}
-						srv.Write(buf[:n])
+						if refused {
+							cl.Write([]byte("-LOADING Redis is loading the dataset in memory\r\n"))
+						} else {
+							srv.Write(buf[:n])
+						}
 					}
 					if err != nil {
 						srv.Close()
@@ -353,17 +365,10 @@ func startDroppingProxy(t *testing.T, target string) *droppingProxy {
 
 // A decision is "one EVALSHA". go-redis retries a pipeline (and a command)
 // whose reply timed out or whose connection died after it was written; the
-// script has then already run, and runs again: one Allow consumes twice.
-// The batcher sends its scripts with the client's retry policy (MaxRetries
-// 3 by default), so a slow or lost reply doubles every decision of a batch.
+// script has then already run, and would run again: one Allow consuming
+// twice. sluice's scripts go out with go-redis's retries off (scriptCmd),
+// and a lost reply is an error instead.
 func TestDecisionIsNotExecutedTwice(t *testing.T) {
-	// Known, not yet fixed: go-redis (MaxRetries, 3 by default) resends a
-	// script whose reply was lost after it ran, so the decision counts twice
-	// (it is never admitted twice). Marking scripts no-retry fixes this
-	// test but made a sentinel failover surface errors it used to hide; the
-	// fix needs sluice to retry by itself only on errors that prove nothing
-	// ran (dial and pool errors, READONLY, LOADING, MASTERDOWN, TRYAGAIN).
-	t.Skip("known: go-redis retries can run one decision twice")
 	for _, inline := range []bool{false, true} {
 		t.Run(fmt.Sprintf("inline=%v", inline), func(t *testing.T) {
 			p := startDroppingProxy(t, redistest.Options(t).Addr)
@@ -387,6 +392,40 @@ func TestDecisionIsNotExecutedTwice(t *testing.T) {
 			v, _ := admin.Get(ctx, lim.keys("k")[0]).Result()
 			if err == nil && r.Remaining != 9 || !strings.HasSuffix(v, ":1") {
 				t.Errorf("one Allow: %+v %v; Redis holds %q; want one event counted (Remaining 9, count 1)", r, err, v)
+			}
+		})
+	}
+}
+
+// A script call that Redis refused before running it (here LOADING, as
+// after a restart) is sent again, since it cannot have counted; the
+// decision is then made once.
+func TestScriptResentWhenItNeverRan(t *testing.T) {
+	for _, inline := range []bool{false, true} {
+		t.Run(fmt.Sprintf("inline=%v", inline), func(t *testing.T) {
+			p := startDroppingProxy(t, redistest.Options(t).Addr)
+			c := redis.NewClient(&redis.Options{Addr: p.addr, ContextTimeoutEnabled: inline})
+			defer c.Close()
+			lim := newOn(t, c, FixedWindow, PerHour(10), WithTimeout(10*time.Second), WithHealthCheck(0, 0),
+				WithPrefix(fmt.Sprintf("resent-%v-%d", inline, time.Now().UnixNano())))
+			ctx := context.Background()
+			if err := c.ScriptLoad(ctx, scriptSrc).Err(); err != nil {
+				t.Fatal(err)
+			}
+			p.mu.Lock()
+			p.refuse = maxSends - 1
+			p.mu.Unlock()
+			r, err := lim.Allow(ctx, "k")
+			v, _ := redistest.Client(t).Get(ctx, lim.keys("k")[0]).Result()
+			if err != nil || r.Remaining != 9 || !strings.HasSuffix(v, ":1") {
+				t.Errorf("one Allow after %d LOADING replies: %+v %v; Redis holds %q; want it decided once (Remaining 9, count 1)",
+					maxSends-1, r, err, v)
+			}
+			p.mu.Lock()
+			p.refuse = maxSends
+			p.mu.Unlock()
+			if _, err := lim.Allow(ctx, "k"); !redis.IsLoadingError(err) {
+				t.Errorf("after %d LOADING replies: %v; want the LOADING error", maxSends, err)
 			}
 		})
 	}

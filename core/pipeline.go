@@ -2,7 +2,9 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -65,7 +67,7 @@ func (x *execScratch) group() *scriptGroup {
 	}
 	g := x.groups[x.used]
 	x.used++
-	g.calls, g.keys, g.args, g.cmd = g.calls[:0], g.keys[:0], g.args[:0], nil
+	g.calls, g.args, g.cmd = g.calls[:0], g.args[:0], nil
 	return g
 }
 
@@ -237,10 +239,20 @@ func (b *batcher) sendInline(c *call) (bool, error) {
 	defer ctx.disarm()
 	switch c.kind {
 	case callScript:
-		args := append(append(c.scratch[:0], b.ruleArgs...), c.args...)
-		cmd := b.client.EvalSha(ctx, policyScript.Hash(), c.keys, args...)
-		if isNoScript(cmd.Err()) {
-			cmd = b.client.Eval(ctx, scriptSrc, c.keys, args...)
+		args := append(c.scratch[:0], "evalsha", policyScript.Hash(), len(c.keys))
+		for _, k := range c.keys {
+			args = append(args, k)
+		}
+		args = append(append(args, b.ruleArgs...), c.args...)
+		var cmd *redis.Cmd
+		for sends := 1; ; sends++ {
+			cmd = redis.NewCmd(ctx, args...)
+			_ = b.client.Process(ctx, scriptCmd{cmd})
+			if isNoScript(cmd.Err()) {
+				args[0], args[1] = "eval", scriptSrc
+			} else if sends >= maxSends || !resendable(cmd.Err()) || !pause(ctx, sends) {
+				break
+			}
 		}
 		clear(args)
 		c.scratch = args[:0]
@@ -465,28 +477,22 @@ func (b *batcher) exec(x *execScratch, batch []*call) {
 	}
 	groups := x.groups[:x.used]
 	for _, g := range groups {
+		g.args = append(g.args, "evalsha", policyScript.Hash(), 0) // the key count is set below
+		for _, c := range g.calls {
+			for _, k := range c.keys {
+				g.args = append(g.args, k)
+			}
+		}
+		g.args[2] = len(g.args) - 3
 		g.args = append(g.args, b.ruleArgs...)
 		for _, c := range g.calls {
-			g.keys = append(g.keys, c.keys...)
 			g.args = append(g.args, c.args...)
 		}
-		g.cmd = pipe.EvalSha(ctx, policyScript.Hash(), g.keys, g.args...)
+		g.cmd = redis.NewCmd(ctx, g.args...)
+		_ = pipe.Process(ctx, scriptCmd{g.cmd})
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command below; an empty pipeline sends nothing
-	// Redis lost its scripts (a restart, SCRIPT FLUSH, a failover to a
-	// replica that never saw them): send those groups again with the source.
-	var retry redis.Pipeliner
-	for _, g := range groups {
-		if isNoScript(g.cmd.Err()) {
-			if retry == nil {
-				retry = b.client.Pipeline()
-			}
-			g.cmd = retry.Eval(ctx, scriptSrc, g.keys, g.args...)
-		}
-	}
-	if retry != nil {
-		_, _ = retry.Exec(ctx)
-	}
+	b.resend(ctx, groups)
 	width := 1 + 5*b.rules // integers per answer
 	for _, g := range groups {
 		reply, err := g.cmd.Slice()
@@ -510,9 +516,99 @@ func (b *batcher) exec(x *execScratch, batch []*call) {
 // scriptGroup is the decisions of a batch that go in one script call.
 type scriptGroup struct {
 	calls []*call
-	keys  []string
-	args  []interface{}
+	args  []interface{} // the whole command: EVALSHA, the hash, the keys, ARGV
 	cmd   *redis.Cmd
+}
+
+// resend sends again the script calls of groups that failed in a way that
+// cannot have counted (see resendable): with the script's source when Redis
+// had lost it (a restart, SCRIPT FLUSH, a failover to a replica that never
+// saw it), and after a pause otherwise. Each call is
+// sent at most maxSends times, and not after every caller of the batch has
+// stopped waiting.
+func (b *batcher) resend(ctx context.Context, groups []*scriptGroup) {
+	for sends := 1; sends < maxSends; sends++ {
+		again, wait := 0, false
+		for _, g := range groups {
+			switch err := g.cmd.Err(); {
+			case isNoScript(err):
+				again++
+			case resendable(err):
+				again++
+				wait = true
+			}
+		}
+		if again == 0 || wait && !pause(ctx, sends) {
+			return
+		}
+		pipe := b.client.Pipeline()
+		for _, g := range groups {
+			err := g.cmd.Err()
+			if isNoScript(err) {
+				g.args[0], g.args[1] = "eval", scriptSrc
+			} else if !resendable(err) {
+				continue
+			}
+			g.cmd = redis.NewCmd(ctx, g.args...)
+			_ = pipe.Process(ctx, scriptCmd{g.cmd})
+		}
+		_, _ = pipe.Exec(ctx)
+	}
+}
+
+// maxSends bounds how many times one script call is sent.
+const maxSends = 4
+
+// scriptCmd is a script call that go-redis must send once only.
+//
+// go-redis resends a command (MaxRetries, 3 by default) when its reply is
+// lost: a read timeout, a connection that died after the write. A script
+// that has already run then runs again, and a decision counts twice. So
+// sluice turns go-redis's retries off for its scripts and resends one
+// itself only when the failure cannot have counted (resendable). A reply
+// lost after the send is an error, answered by the failure mode: the
+// decision may or may not have been counted, but never twice.
+type scriptCmd struct{ *redis.Cmd }
+
+// NoRetry tells go-redis not to resend the command, nor the pipeline
+// holding it.
+func (scriptCmd) NoRetry() bool { return true }
+
+// resendable reports whether a script call that failed with err may be
+// sent again without counting twice: no connection could be made or taken
+// from the pool; Redis refused the command before running it (loading its
+// data, a replica, a cluster slot moving or down, too many clients); or
+// go-redis itself closed the connection under the call, which a failover
+// client does to its connections to a master that the sentinels have
+// replaced: what ran there after the promotion is lost with it. A script
+// that failed inside (a key of the wrong type) answers per request, not
+// with an error of the call. A reply lost otherwise (a read timeout, a
+// connection reset by the server) is not resendable.
+func resendable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	return errors.Is(err, net.ErrClosed) || errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrPoolExhausted) ||
+		redis.IsLoadingError(err) || redis.IsReadOnlyError(err) || redis.IsMasterDownError(err) ||
+		redis.IsTryAgainError(err) || redis.IsClusterDownError(err) || redis.IsMaxClientsError(err)
+}
+
+// pause waits before the next send of a call that Redis could not take:
+// 8ms, 16ms, 32ms. It reports false, at once, when ctx ends first.
+func pause(ctx context.Context, sends int) bool {
+	t := timerPool.Get().(*time.Timer)
+	defer func() { t.Stop(); timerPool.Put(t) }()
+	t.Reset(8 * time.Millisecond << (sends - 1))
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // parseReply reads the next request's answer from the script's flat reply
