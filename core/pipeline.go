@@ -24,8 +24,10 @@ import (
 //
 // Because the caller waits on a channel rather than on the connection, its
 // deadline holds whatever the client's own timeouts are (go-redis ignores
-// context deadlines on reads unless ContextTimeoutEnabled is set). A call
-// abandoned before its pipeline is built is never sent.
+// context deadlines on reads unless ContextTimeoutEnabled is set): one
+// watchdog timer per batcher ends the wait of every call whose deadline has
+// passed (see expire), and a caller whose context can end watches it too. A
+// call abandoned before its pipeline is built is never sent.
 //
 // When the client does enforce context deadlines (ContextTimeoutEnabled),
 // a caller that finds nothing in flight sends its call itself, from its own
@@ -42,22 +44,28 @@ type batcher struct {
 	rules     int           // keys per decision
 	ruleArgs  []interface{} // the script arguments every decision shares
 
-	mu       sync.Mutex
-	pending  []*call
-	spare    []*call        // an emptied batch, reused as the next pending slice
-	active   int            // flushers running, and a caller sending inline
-	inflight int            // calls in the batches being sent
-	scratch  []*execScratch // idle flushers' scratch, reused by the next
+	mu        sync.Mutex
+	pending   []*call
+	spare     []*call        // an emptied batch, reused as the next pending slice
+	active    int            // flushers running, and a caller sending inline
+	inflight  int            // calls in the batches being sent
+	scratch   []*execScratch // idle flushers' scratch, reused by the next
+	scratches []*execScratch // every scratch made, idle or sending
+
+	watch    *time.Timer // the watchdog (expire), armed while watching
+	watching bool
 }
 
 // execScratch is what a flusher needs to send batches, kept from one
 // flusher to the next so that sending a batch allocates nothing of ours.
 type execScratch struct {
+	batch  []*call // the batch being sent, for the watchdog; nil when idle
 	ctx    execContext
 	groups []*scriptGroup // groups[:used] are in use for the current batch
 	used   int
 	bySlot map[int]*scriptGroup
 	others []redis.Cmder
+	skip   []int64 // the answers of calls nobody waits for, read and dropped
 }
 
 // group returns an empty group of the current batch.
@@ -86,9 +94,15 @@ func (x *execScratch) reset() {
 // call is one queued command: the policy script (EVALSHA, EVAL on NOSCRIPT),
 // a DEL of keys (Reset) or a PING (the health probe).
 //
-// Calls are pooled. The flusher touches a call until it signals done, and
-// never after; so a caller that received done may put its call back. A
-// caller that gave up may not: the flusher may still be using it.
+// A call waits until one of three claims it (claim): its flusher, with an
+// answer; the batcher's watchdog, at its deadline; or its caller, giving up
+// when its context ends. Whoever claims it signals done, once; the others
+// leave it alone.
+//
+// Calls are pooled. A caller whose call was answered puts it back once it
+// has read the answer; the flusher touches an answered call no more after
+// signalling. A call that expired or was given up is never put back: it may
+// still sit in a batch being sent.
 type call struct {
 	kind callKind
 	keys []string      // the request's keys, one per rule
@@ -97,12 +111,26 @@ type call struct {
 
 	scratch []interface{} // the inline path's full argument list
 
-	deadline  time.Time     // when the caller stops waiting; zero: never
-	done      chan struct{} // buffered: the flusher signals once per use
-	ctx       execContext   // the inline path's context
-	res       []int64
-	err       error
-	abandoned atomic.Bool
+	deadline time.Time     // when the caller stops waiting; zero: never
+	done     chan struct{} // buffered: signalled once per use, by whoever claims it
+	ctx      execContext   // the inline path's context
+	res      []int64
+	err      error
+	state    atomic.Uint32 // callWaiting until claimed
+}
+
+// The states of a call.
+const (
+	callWaiting   uint32 = iota
+	callAnswered         // by its flusher: res and err hold the answer
+	callExpired          // by the watchdog: its deadline passed first
+	callAbandoned        // by its caller: its context ended first
+)
+
+// claim moves c from waiting to s, and reports whether it did: false when
+// someone else claimed c first.
+func (c *call) claim(s uint32) bool {
+	return c.state.CompareAndSwap(callWaiting, s)
 }
 
 var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
@@ -113,7 +141,7 @@ func getCall(k callKind) *call {
 	c.kind = k
 	c.keys, c.args = c.keys[:0], c.args[:0]
 	c.res, c.err = c.res[:0], nil
-	c.abandoned.Store(false)
+	c.state.Store(callWaiting)
 	return c
 }
 
@@ -200,33 +228,95 @@ func (b *batcher) do(ctx context.Context, timeout time.Duration, c *call) (answe
 	if start {
 		b.active++
 	}
+	if !c.deadline.IsZero() && !b.watching {
+		b.arm(c.deadline)
+	}
 	b.mu.Unlock()
 	if start {
 		go b.flush()
 	}
-	var expired <-chan time.Time
-	if !c.deadline.IsZero() {
-		t := timerPool.Get().(*time.Timer)
-		t.Reset(time.Until(c.deadline))
-		defer func() { t.Stop(); timerPool.Put(t) }()
-		expired = t.C
+	if done := ctx.Done(); done != nil {
+		select {
+		case <-c.done:
+		case <-done:
+			if c.claim(callAbandoned) {
+				return false, ctx.Err()
+			}
+			<-c.done // answered or expired meanwhile: that is the outcome
+		}
+	} else {
+		<-c.done
 	}
-	select {
-	case <-c.done:
-		return true, c.err
-	case <-expired:
-		err = context.DeadlineExceeded
-	case <-ctx.Done():
-		err = ctx.Err()
+	if c.state.Load() == callExpired {
+		return false, context.DeadlineExceeded
 	}
-	c.abandoned.Store(true)
-	// An answer that arrived with the deadline is still the answer: the
-	// decision was made in Redis, and the caller should know it.
-	select {
-	case <-c.done:
-		return true, c.err
-	default:
-		return false, err
+	return true, c.err
+}
+
+// arm starts the watchdog for a deadline, with b.mu held.
+func (b *batcher) arm(deadline time.Time) {
+	b.watching = true
+	if b.watch == nil {
+		b.watch = time.AfterFunc(time.Until(deadline), b.expire)
+	} else {
+		b.watch.Reset(time.Until(deadline))
+	}
+}
+
+// expire is the watchdog: it ends the wait of every call whose deadline has
+// passed, queued or in a batch being sent, and arms itself again for the
+// earliest deadline still ahead. One timer per batcher thus bounds every
+// caller's wait, instead of a timer per call: calls wait in arrival order,
+// so the watchdog wakes about once per timeout however many calls pass.
+// A caller whose context has a deadline also watches its context.
+func (b *batcher) expire() {
+	now := time.Now()
+	var expired []*call
+	var next time.Time
+	// waiting reports whether c still waits, ending its wait if its
+	// deadline has passed.
+	waiting := func(c *call) bool {
+		switch {
+		case c.state.Load() != callWaiting:
+			return false
+		case c.deadline.IsZero():
+		case !now.Before(c.deadline):
+			if c.claim(callExpired) {
+				expired = append(expired, c)
+			}
+			return false
+		case next.IsZero() || c.deadline.Before(next):
+			next = c.deadline
+		}
+		return true
+	}
+	b.mu.Lock()
+	// Queued calls that no longer wait leave the queue: while Redis hangs,
+	// it holds at most a timeout's worth of callers.
+	kept := b.pending[:0]
+	for _, c := range b.pending {
+		if waiting(c) {
+			kept = append(kept, c)
+		}
+	}
+	clear(b.pending[len(kept):])
+	b.pending = kept
+	for _, x := range b.scratches {
+		for _, c := range x.batch {
+			waiting(c)
+		}
+	}
+	b.watching = false
+	if !next.IsZero() {
+		// At most one round a millisecond, however the deadlines fall.
+		if soon := now.Add(time.Millisecond); next.Before(soon) {
+			next = soon
+		}
+		b.arm(next)
+	}
+	b.mu.Unlock()
+	for _, c := range expired {
+		c.done <- struct{}{}
 	}
 }
 
@@ -287,7 +377,7 @@ func (b *batcher) sendInline(c *call) (bool, error) {
 // batches were single calls without this, and 15-25% fewer decisions per
 // second.) What does not go now goes when the batch in flight returns.
 func (b *batcher) canStart() bool {
-	return b.active == 0 || b.active < b.flushers && len(b.pending) >= b.inflight
+	return b.active < b.flushers && (b.active == 0 || len(b.pending) >= b.inflight)
 }
 
 // flush sends batches until the queue is empty.
@@ -303,6 +393,7 @@ func (b *batcher) flush() {
 				x, b.scratch = b.scratch[n-1], b.scratch[:n-1]
 			} else {
 				x = &execScratch{}
+				b.scratches = append(b.scratches, x)
 			}
 		}
 		if done != nil && b.spare == nil {
@@ -328,6 +419,7 @@ func (b *batcher) flush() {
 		}
 		sent = len(batch)
 		b.inflight += sent
+		x.batch = batch
 		b.mu.Unlock()
 		b.exec(x, batch)
 	}
@@ -447,8 +539,8 @@ func (b *batcher) exec(x *execScratch, batch []*call) {
 	others := x.others[:len(batch)] // DEL and PING, by position
 	pipe := b.client.Pipeline()
 	for i, c := range batch {
-		if c.abandoned.Load() {
-			continue
+		if c.state.Load() != callWaiting {
+			continue // expired or given up: never sent
 		}
 		switch c.kind {
 		case callScript:
@@ -493,21 +585,43 @@ func (b *batcher) exec(x *execScratch, batch []*call) {
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command below; an empty pipeline sends nothing
 	b.resend(ctx, groups)
+	// Claim each call and write its answer; one the watchdog or its caller
+	// claimed first is nobody's to answer any more (its reply is skipped).
 	width := 1 + 5*b.rules // integers per answer
 	for _, g := range groups {
 		reply, err := g.cmd.Slice()
 		for _, c := range g.calls {
-			if err == nil {
+			mine := c.claim(callAnswered)
+			switch {
+			case err != nil:
+				if mine {
+					c.err = err // the whole call failed: a connection, a timeout
+				}
+			case mine:
 				c.res, reply, c.err = parseReply(reply, width, c.res[:0])
-			} else {
-				c.err = err // the whole call failed: a connection, a timeout
+			default:
+				x.skip, reply, _ = parseReply(reply, width, x.skip[:0])
 			}
-			c.done <- struct{}{} // the last touch of c
 		}
 	}
 	for i, c := range batch {
-		if others[i] != nil {
+		if others[i] != nil && c.claim(callAnswered) {
 			c.err = others[i].Err()
+		}
+	}
+	// The watchdog lets go of the batch before any caller may reuse its call.
+	b.mu.Lock()
+	x.batch = nil
+	b.mu.Unlock()
+	for _, g := range groups {
+		for _, c := range g.calls {
+			if c.state.Load() == callAnswered {
+				c.done <- struct{}{} // the last touch of c
+			}
+		}
+	}
+	for i, c := range batch {
+		if others[i] != nil && c.state.Load() == callAnswered {
 			c.done <- struct{}{}
 		}
 	}

@@ -163,3 +163,49 @@ func TestClusterSlot(t *testing.T) {
 		}
 	}
 }
+
+// The watchdog ends every wait at its deadline: callers queued behind
+// pipelines that never return, callers inside them, callers with their own
+// shorter deadline, arriving over time. None is left waiting.
+func TestWatchdogEndsEveryWait(t *testing.T) {
+	stuck := redistest.StuckServer(t)
+	c := redis.NewClient(&redis.Options{Addr: stuck, MaxRetries: -1, ReadTimeout: time.Minute, PoolSize: 4})
+	defer c.Close()
+	lim := newOn(t, c, GCRA, PerSecond(1), WithTimeout(50*time.Millisecond), WithHealthCheck(0, 0))
+	const callers = 60
+	errs := make(chan error, callers)
+	for i := 0; i < callers; i++ {
+		go func() {
+			ctx := context.Background()
+			if i%3 == 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, 20*time.Millisecond)
+				defer cancel()
+			}
+			time.Sleep(time.Duration(i) * time.Millisecond)
+			_, err := lim.Allow(ctx, fmt.Sprintf("k%d", i))
+			errs <- err
+		}()
+	}
+	guard := time.After(30 * time.Second)
+	for i := 0; i < callers; i++ {
+		select {
+		case err := <-errs:
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("got %v, want DeadlineExceeded", err)
+			}
+		case <-guard:
+			t.Fatalf("%d of %d callers still wait, 30s after their 50ms timeout", callers-i, callers)
+		}
+	}
+	// Calls that no longer wait leave the queue at the watchdog's next
+	// round (run here, so as not to depend on when it last ran).
+	b := lim.batch
+	b.expire()
+	b.mu.Lock()
+	queued := len(b.pending)
+	b.mu.Unlock()
+	if queued != 0 {
+		t.Errorf("%d calls still queued, none of them waiting", queued)
+	}
+}
