@@ -154,6 +154,12 @@ func (h *health) recover() {
 // availability reports whether err says Redis cannot serve decisions (as
 // opposed to an error about one request, such as a key of the wrong type).
 func availability(err error) bool {
+	// A connection closed on this side says nothing about Redis: go-redis
+	// closes a failover client's connections to a master that the
+	// sentinels have replaced, calls in flight on them included.
+	if errors.Is(err, net.ErrClosed) {
+		return false
+	}
 	var ne net.Error
 	if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) {
 		return true

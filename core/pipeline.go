@@ -54,12 +54,14 @@ type batcher struct {
 
 	watch    *time.Timer // the watchdog (expire), armed while watching
 	watching bool
+	watchAt  time.Time // when it fires, while watching
 }
 
 // execScratch is what a flusher needs to send batches, kept from one
 // flusher to the next so that sending a batch allocates nothing of ours.
 type execScratch struct {
-	batch  []*call // the batch being sent, for the watchdog; nil when idle
+	batch  []*call   // the batch being sent, for the watchdog; nil when idle
+	sentAt time.Time // when batch was taken
 	ctx    execContext
 	groups []*scriptGroup // groups[:used] are in use for the current batch
 	used   int
@@ -75,7 +77,7 @@ func (x *execScratch) group() *scriptGroup {
 	}
 	g := x.groups[x.used]
 	x.used++
-	g.calls, g.args, g.cmd = g.calls[:0], g.args[:0], nil
+	g.calls, g.args, g.cmd, g.source = g.calls[:0], g.args[:0], nil, false
 	return g
 }
 
@@ -207,9 +209,10 @@ func enforcesDeadlines(client redis.UniversalClient) bool {
 // passed (timeout <= 0: no bound but ctx's). It reports whether c was
 // answered; when it was not, the caller must not reuse c.
 func (b *batcher) do(ctx context.Context, timeout time.Duration, c *call) (answered bool, err error) {
+	now := time.Now()
 	c.deadline = time.Time{}
 	if timeout > 0 {
-		c.deadline = time.Now().Add(timeout)
+		c.deadline = now.Add(timeout)
 	}
 	if d, ok := ctx.Deadline(); ok && (c.deadline.IsZero() || d.Before(c.deadline)) {
 		c.deadline = d
@@ -224,11 +227,15 @@ func (b *batcher) do(ctx context.Context, timeout time.Duration, c *call) (answe
 		return b.sendInline(c)
 	}
 	b.pending = append(b.pending, c)
-	start := b.canStart()
+	start := b.canStart(now)
 	if start {
 		b.active++
+	} else if b.active < b.flushers {
+		b.holdBack()
 	}
-	if !c.deadline.IsZero() && !b.watching {
+	// Deadlines mostly come in arrival order, but not always (the health
+	// probe's is its context's): the watchdog fires at the earliest.
+	if !c.deadline.IsZero() && (!b.watching || c.deadline.Before(b.watchAt)) {
 		b.arm(c.deadline)
 	}
 	b.mu.Unlock()
@@ -255,7 +262,7 @@ func (b *batcher) do(ctx context.Context, timeout time.Duration, c *call) (answe
 
 // arm starts the watchdog for a deadline, with b.mu held.
 func (b *batcher) arm(deadline time.Time) {
-	b.watching = true
+	b.watching, b.watchAt = true, deadline
 	if b.watch == nil {
 		b.watch = time.AfterFunc(time.Until(deadline), b.expire)
 	} else {
@@ -307,6 +314,10 @@ func (b *batcher) expire() {
 		}
 	}
 	b.watching = false
+	start := len(b.pending) > 0 && b.canStart(now)
+	if start {
+		b.active++
+	}
 	if !next.IsZero() {
 		// At most one round a millisecond, however the deadlines fall.
 		if soon := now.Add(time.Millisecond); next.Before(soon) {
@@ -314,7 +325,13 @@ func (b *batcher) expire() {
 		}
 		b.arm(next)
 	}
+	if !start && len(b.pending) > 0 && b.active < b.flushers {
+		b.holdBack()
+	}
 	b.mu.Unlock()
+	if start {
+		go b.flush() // what waits behind a stalled batch
+	}
 	for _, c := range expired {
 		c.done <- struct{}{}
 	}
@@ -369,15 +386,55 @@ func (b *batcher) sendInline(c *call) (bool, error) {
 
 // canStart reports whether a flusher may start on what is pending now, with
 // b.mu held. With nothing in flight, always: a lone caller is sent at once.
-// With a batch in flight, only once as many calls are pending as are in
-// flight. Redis runs one script call after the other, so a second pipeline
-// sent early would only queue behind the first; a few calls sent alone
-// would each pay a whole script call and round trip, and hold a flusher
-// that a larger batch could use. (Measured at 64 callers: a fifth of the
-// batches were single calls without this, and 15-25% fewer decisions per
-// second.) What does not go now goes when the batch in flight returns.
-func (b *batcher) canStart() bool {
-	return b.active < b.flushers && (b.active == 0 || len(b.pending) >= b.inflight)
+// With a batch in flight, only once mayGo.
+func (b *batcher) canStart(now time.Time) bool {
+	return b.active < b.flushers && (b.active == 0 || b.mayGo(now))
+}
+
+// mayGo reports whether what is pending may go while other batches are in
+// flight, with b.mu held: once as many calls are pending as are in flight,
+// or once a batch has been out for stallAfter. Redis runs one script call
+// after the other, so a second pipeline sent early would only queue behind
+// the first; a few calls sent alone would each pay a whole script call and
+// round trip, and hold a flusher that a larger batch could use. (Measured
+// at 64 callers: a fifth of the batches were single calls without this,
+// and 15-25% fewer decisions per second.) What does not go now goes when
+// the batch in flight returns, or when the watchdog finds it stalled: a
+// pipeline hung on a dead connection must not hold back every call behind
+// it while another connection could answer.
+func (b *batcher) mayGo(now time.Time) bool {
+	if b.inflight == 0 || len(b.pending) >= b.inflight {
+		return true
+	}
+	sent, ok := b.oldestSent()
+	return ok && now.Sub(sent) >= stallAfter
+}
+
+// stallAfter is how long a batch may be out before the calls behind it
+// stop waiting for it to return: well beyond a round trip of a large batch
+// (about 1ms at 256 callers on the machine of BENCHMARKS.md).
+const stallAfter = 5 * time.Millisecond
+
+// oldestSent returns when the oldest batch in flight was sent, with b.mu
+// held.
+func (b *batcher) oldestSent() (time.Time, bool) {
+	var sent time.Time
+	for _, x := range b.scratches {
+		if x.batch != nil && (sent.IsZero() || x.sentAt.Before(sent)) {
+			sent = x.sentAt
+		}
+	}
+	return sent, !sent.IsZero()
+}
+
+// holdBack makes the watchdog look again when the batch in flight will
+// count as stalled, with b.mu held, for a call that pending could not send.
+func (b *batcher) holdBack() {
+	if sent, ok := b.oldestSent(); ok {
+		if at := sent.Add(stallAfter); !b.watching || at.Before(b.watchAt) {
+			b.arm(at)
+		}
+	}
 }
 
 // flush sends batches until the queue is empty.
@@ -401,8 +458,8 @@ func (b *batcher) flush() {
 			b.spare = done[:0]
 		}
 		// Another flusher in flight picks up what is pending when it
-		// returns, unless there is enough to go now (see canStart).
-		if len(b.pending) == 0 || b.active > 1 && len(b.pending) < b.inflight {
+		// returns, unless it may go now (see mayGo).
+		if len(b.pending) == 0 || b.active > 1 && !b.mayGo(time.Now()) {
 			b.active--
 			b.scratch = append(b.scratch, x)
 			b.mu.Unlock()
@@ -419,7 +476,7 @@ func (b *batcher) flush() {
 		}
 		sent = len(batch)
 		b.inflight += sent
-		x.batch = batch
+		x.batch, x.sentAt = batch, time.Now()
 		b.mu.Unlock()
 		b.exec(x, batch)
 	}
@@ -569,18 +626,7 @@ func (b *batcher) exec(x *execScratch, batch []*call) {
 	}
 	groups := x.groups[:x.used]
 	for _, g := range groups {
-		g.args = append(g.args, "evalsha", policyScript.Hash(), 0) // the key count is set below
-		for _, c := range g.calls {
-			for _, k := range c.keys {
-				g.args = append(g.args, k)
-			}
-		}
-		g.args[2] = len(g.args) - 3
-		g.args = append(g.args, b.ruleArgs...)
-		for _, c := range g.calls {
-			g.args = append(g.args, c.args...)
-		}
-		g.cmd = redis.NewCmd(ctx, g.args...)
+		g.build(ctx, b.ruleArgs)
 		_ = pipe.Process(ctx, scriptCmd{g.cmd})
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command below; an empty pipeline sends nothing
@@ -629,42 +675,88 @@ func (b *batcher) exec(x *execScratch, batch []*call) {
 
 // scriptGroup is the decisions of a batch that go in one script call.
 type scriptGroup struct {
-	calls []*call
-	args  []interface{} // the whole command: EVALSHA, the hash, the keys, ARGV
-	cmd   *redis.Cmd
+	calls  []*call
+	args   []interface{} // the whole command: EVALSHA, the hash, the keys, ARGV
+	cmd    *redis.Cmd
+	source bool // Redis lost the script: send EVAL with the source
+}
+
+// build makes the group's script call of its calls: EVALSHA, or EVAL with
+// the source once Redis has answered NOSCRIPT.
+func (g *scriptGroup) build(ctx context.Context, ruleArgs []interface{}) {
+	clear(g.args)
+	if g.source {
+		g.args = append(g.args[:0], "eval", scriptSrc, 0)
+	} else {
+		g.args = append(g.args[:0], "evalsha", policyScript.Hash(), 0)
+	}
+	for _, c := range g.calls {
+		for _, k := range c.keys {
+			g.args = append(g.args, k)
+		}
+	}
+	g.args[2] = len(g.args) - 3 // the number of keys
+	g.args = append(g.args, ruleArgs...)
+	for _, c := range g.calls {
+		g.args = append(g.args, c.args...)
+	}
+	g.cmd = redis.NewCmd(ctx, g.args...)
+}
+
+// keepWaiting drops from the group the calls whose wait has ended (their
+// deadline passed, or their caller gave up), and reports whether any is
+// left.
+func (g *scriptGroup) keepWaiting() bool {
+	kept := g.calls[:0]
+	for _, c := range g.calls {
+		if c.state.Load() == callWaiting {
+			kept = append(kept, c)
+		}
+	}
+	clear(g.calls[len(kept):])
+	g.calls = kept
+	return len(kept) > 0
 }
 
 // resend sends again the script calls of groups that failed in a way that
 // cannot have counted (see resendable): with the script's source when Redis
 // had lost it (a restart, SCRIPT FLUSH, a failover to a replica that never
-// saw it), and after a pause otherwise. Each call is
-// sent at most maxSends times, and not after every caller of the batch has
-// stopped waiting.
+// saw it), and after a pause otherwise. Each call is sent at most maxSends
+// times, and only the decisions whose callers still wait go again: one
+// whose caller was told it failed is never counted after that.
 func (b *batcher) resend(ctx context.Context, groups []*scriptGroup) {
 	for sends := 1; sends < maxSends; sends++ {
-		again, wait := 0, false
+		again, wait := false, false
 		for _, g := range groups {
 			switch err := g.cmd.Err(); {
 			case isNoScript(err):
-				again++
+				again = true
 			case resendable(err):
-				again++
-				wait = true
+				again, wait = true, true
 			}
 		}
-		if again == 0 || wait && !pause(ctx, sends) {
+		if !again || wait && !pause(ctx, sends) {
 			return
 		}
-		pipe := b.client.Pipeline()
+		var pipe redis.Pipeliner
 		for _, g := range groups {
 			err := g.cmd.Err()
 			if isNoScript(err) {
-				g.args[0], g.args[1] = "eval", scriptSrc
+				g.source = true
 			} else if !resendable(err) {
 				continue
 			}
-			g.cmd = redis.NewCmd(ctx, g.args...)
+			if !g.keepWaiting() {
+				continue // nobody waits: its error stands, unsent
+			}
+			if pipe == nil {
+				pipe = b.client.Pipeline()
+			}
+			g.build(ctx, b.ruleArgs)
 			_ = pipe.Process(ctx, scriptCmd{g.cmd})
+		}
+		if pipe == nil {
+			return
 		}
 		_, _ = pipe.Exec(ctx)
 	}
@@ -692,21 +784,28 @@ func (scriptCmd) NoRetry() bool { return true }
 // sent again without counting twice: no connection could be made or taken
 // from the pool; Redis refused the command before running it (loading its
 // data, a replica, a cluster slot moving or down, too many clients); or
-// go-redis itself closed the connection under the call, which a failover
-// client does to its connections to a master that the sentinels have
-// replaced: what ran there after the promotion is lost with it. A script
-// that failed inside (a key of the wrong type) answers per request, not
-// with an error of the call. A reply lost otherwise (a read timeout, a
-// connection reset by the server) is not resendable.
+// the connection was closed before the command was written. A script that
+// failed inside (a key of the wrong type) answers per request, not with an
+// error of the call. A reply lost after the write is not resendable, a
+// read timeout or a connection reset, nor one whose connection go-redis
+// closed under the read (as a failover client does to its connections to
+// a replaced master): the script may have run, and on a master whose
+// writes reached the new one before the switch.
 func resendable(err error) bool {
 	if err == nil {
 		return false
 	}
 	var op *net.OpError
-	if errors.As(err, &op) && op.Op == "dial" {
-		return true
+	if errors.As(err, &op) {
+		switch op.Op {
+		case "dial":
+			return true
+		case "read":
+			return false
+		}
 	}
-	return errors.Is(err, net.ErrClosed) || errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrPoolExhausted) ||
+	return errors.Is(err, net.ErrClosed) || errors.Is(err, redis.ErrPoolTimeout) ||
+		errors.Is(err, redis.ErrPoolExhausted) ||
 		redis.IsLoadingError(err) || redis.IsReadOnlyError(err) || redis.IsMasterDownError(err) ||
 		redis.IsTryAgainError(err) || redis.IsClusterDownError(err) || redis.IsMaxClientsError(err)
 }

@@ -1,0 +1,357 @@
+package core
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// waitFor polls cond until it holds, or fails the test after 20s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// batcherState reads b's counters under b.mu.
+func batcherState(b *batcher) (active, pending, inflight int, watching bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.active, len(b.pending), b.inflight, b.watching
+}
+
+func isEvalSha(cmds []redis.Cmder) bool {
+	return len(cmds) > 0 && strings.EqualFold(cmds[0].Name(), "evalsha")
+}
+
+// holdAfterRefusal is a go-redis hook: the first EVALSHA pipeline that
+// comes back with LOADING (it never ran) is held, after its reply, until
+// release is closed.
+type holdAfterRefusal struct {
+	taken   atomic.Bool
+	refused chan struct{}
+	release chan struct{}
+}
+
+func (h *holdAfterRefusal) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *holdAfterRefusal) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *holdAfterRefusal) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if isEvalSha(cmds) && redis.IsLoadingError(cmds[0].Err()) && h.taken.CompareAndSwap(false, true) {
+			close(h.refused)
+			<-h.release
+		}
+		return err
+	}
+}
+
+// A script call that Redis refused before running it (LOADING) is sent
+// again only for the callers still waiting. Once every caller of the batch
+// has given up (here, told context.Canceled), the call is not resent, or the
+// decision would count for a request whose caller was told it failed (and,
+// under FailOpen, admitted it anyway).
+func TestNoResendOnceEveryCallerGaveUp(t *testing.T) {
+	p := startDroppingProxy(t, redistest.Options(t).Addr)
+	c := redis.NewClient(&redis.Options{Addr: p.addr})
+	defer c.Close()
+	hook := &holdAfterRefusal{refused: make(chan struct{}), release: make(chan struct{})}
+	c.AddHook(hook)
+	lim := newOn(t, c, FixedWindow, PerHour(10), WithTimeout(30*time.Second), WithHealthCheck(0, 0),
+		WithPrefix(fmt.Sprintf("gaveup-%d", time.Now().UnixNano())))
+	bg := context.Background()
+	if err := c.ScriptLoad(bg, scriptSrc).Err(); err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	p.refuse = 1 // the first EVALSHA is answered LOADING, without reaching Redis
+	p.mu.Unlock()
+
+	ctx, cancel := context.WithCancel(bg)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := lim.Allow(ctx, "k")
+		done <- err
+	}()
+	select {
+	case <-hook.refused:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the script call was never refused")
+	}
+	cancel() // the caller gives up: it is the only caller of the batch
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the caller: %v, want context.Canceled", err)
+	}
+	close(hook.release)
+	waitBatcherIdle(t, lim.batch)
+
+	v, err := redistest.Client(t).Get(bg, lim.keys("k")[0]).Result()
+	if err != redis.Nil {
+		t.Errorf("the caller was told context.Canceled, then its decision was resent and counted: key holds %q (%v)", v, err)
+	}
+}
+
+// The watchdog fires at the earliest deadline of the calls that wait,
+// though calls do not always come in deadline order: the health probe's
+// PING waits with its own 1s context, and a Reset with the limiter's 50ms
+// timeout queued after it must still end after about 50ms, not 1s.
+func TestWatchdogFiresAtTheEarliestDeadline(t *testing.T) {
+	stuck := redistest.StuckServer(t)
+	c := redis.NewClient(&redis.Options{Addr: stuck, MaxRetries: -1, ReadTimeout: time.Minute})
+	defer c.Close()
+	lim := newOn(t, c, GCRA, PerSecond(1), WithTimeout(50*time.Millisecond), WithHealthCheck(1, 50*time.Millisecond))
+	bg := context.Background()
+	// One failed decision opens the breaker; the probe (health.recover)
+	// then sends a PING with a 1s context, which hangs.
+	if _, err := lim.Allow(bg, "k"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("first decision on a hung Redis: %v", err)
+	}
+	if lim.Health() != Unhealthy {
+		t.Fatal("the breaker did not open")
+	}
+	waitFor(t, "the probe's PING in flight", func() bool {
+		_, _, inflight, watching := batcherState(lim.batch)
+		return inflight >= 2 && watching // the hung decision and the probe
+	})
+	start := time.Now()
+	err := lim.Reset(bg, "k")
+	elapsed := time.Since(start)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Reset on a hung Redis: %v, want DeadlineExceeded", err)
+	}
+	if elapsed > 500*time.Millisecond {
+		t.Errorf("Reset with a 50ms timeout returned after %v: the watchdog was armed for the probe's 1s deadline", elapsed)
+	}
+}
+
+// holdPipelines is a go-redis hook: while holding, every EVALSHA pipeline
+// is held after its reply has been read (its connection is back in the
+// pool) until open is closed.
+type holdPipelines struct {
+	mu      sync.Mutex
+	holding bool
+	held    int
+	open    chan struct{}
+}
+
+func (h *holdPipelines) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *holdPipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *holdPipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if !isEvalSha(cmds) {
+			return err
+		}
+		h.mu.Lock()
+		hold := h.holding
+		if hold {
+			h.held++
+		}
+		h.mu.Unlock()
+		if hold {
+			<-h.open
+		}
+		return err
+	}
+}
+
+func (h *holdPipelines) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.held
+}
+
+// A second flusher waits until as many calls are pending as are in flight
+// (mayGo), but not behind a pipeline that hangs on a dead connection (here
+// its replies are dropped; go-redis gives up at ReadTimeout, a minute):
+// once that batch has been out for stallAfter, a lone decision goes on
+// another connection, where Redis answers, instead of waiting out its
+// timeout.
+func TestHungPipelineDoesNotHoldBackOthers(t *testing.T) {
+	p := startDroppingProxy(t, redistest.Options(t).Addr)
+	c := redis.NewClient(&redis.Options{Addr: p.addr, MaxRetries: -1, ReadTimeout: time.Minute})
+	defer c.Close()
+	gate := &holdPipelines{holding: true, open: make(chan struct{})}
+	c.AddHook(gate)
+	lim := newOn(t, c, FixedWindow, PerHour(100), WithTimeout(3*time.Second), WithHealthCheck(0, 0),
+		WithPrefix(fmt.Sprintf("hung-%d", time.Now().UnixNano())))
+	b := lim.batch
+	bg := context.Background()
+	if err := c.ScriptLoad(bg, scriptSrc).Err(); err != nil {
+		t.Fatal(err)
+	}
+	results := make(chan error, 4)
+	allow := func(key string) {
+		go func() {
+			_, err := lim.Allow(bg, key)
+			results <- err
+		}()
+	}
+	// Two flushers, each with one decision answered and held by the gate.
+	allow("q1")
+	waitFor(t, "the first pipeline", func() bool { return gate.count() == 1 })
+	allow("q2")
+	waitFor(t, "the second pipeline", func() bool { return gate.count() == 2 })
+	// Two more queue meanwhile; both flushers are busy.
+	allow("q3")
+	allow("q4")
+	waitFor(t, "two queued decisions", func() bool {
+		_, pending, _, _ := batcherState(b)
+		return pending == 2
+	})
+	// The next EVALSHA's connection goes dead (no replies), then the
+	// flushers go on: one sends q3 and q4 together on it.
+	p.mu.Lock()
+	p.armed = true
+	p.mu.Unlock()
+	gate.mu.Lock()
+	gate.holding = false
+	gate.mu.Unlock()
+	close(gate.open)
+	for i := 0; i < 2; i++ {
+		if err := <-results; err != nil {
+			t.Fatalf("q1/q2: %v", err)
+		}
+	}
+	waitFor(t, "q3 and q4 in flight on the dead connection, one flusher left", func() bool {
+		active, pending, inflight, _ := batcherState(b)
+		return active == 1 && pending == 0 && inflight == 2
+	})
+
+	// Redis answers on any other connection; a second flusher is free.
+	start := time.Now()
+	if _, err := lim.Allow(bg, "q5"); err != nil {
+		t.Errorf("a lone decision while another pipeline hangs: %v after %v; want it sent on another connection", err, time.Since(start))
+	}
+}
+
+// replyHold is a dialer for a failover client: once armed, the first
+// connection to target that sends an EVALSHA delivers nothing more to the
+// client until the client itself closes it. The command reaches Redis and
+// runs; its reply waits in the socket, as for a client that is slow to read
+// it (a GC pause, a starved CPU, a slow network).
+type replyHold struct {
+	target  string
+	mu      sync.Mutex
+	armed   bool
+	held    *heldConn
+	written chan struct{}
+}
+
+type heldConn struct {
+	net.Conn
+	h      *replyHold
+	hold   atomic.Bool
+	closed chan struct{}
+	once   sync.Once
+}
+
+func (h *replyHold) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, network, addr)
+	if err != nil || addr != h.target {
+		return c, err
+	}
+	return &heldConn{Conn: c, h: h, closed: make(chan struct{})}, nil
+}
+
+func (c *heldConn) Write(b []byte) (int, error) {
+	h := c.h
+	h.mu.Lock()
+	if h.armed && h.held == nil && bytes.Contains(bytes.ToLower(b), []byte("evalsha")) {
+		h.held = c
+		c.hold.Store(true)
+		close(h.written)
+	}
+	h.mu.Unlock()
+	return c.Conn.Write(b)
+}
+
+func (c *heldConn) Read(b []byte) (int, error) {
+	if c.hold.Load() {
+		<-c.closed
+	}
+	return c.Conn.Read(b)
+}
+
+func (c *heldConn) Close() error {
+	c.once.Do(func() { close(c.closed) })
+	return c.Conn.Close()
+}
+
+// A decision that ran on the old master and reached the replica before a
+// failover, whose reply the client had not read when the sentinels named
+// the new master, fails when the failover client closes its connection
+// (net.ErrClosed on the read). It is not resent: on the new master it
+// would count twice.
+func TestLostReplyAcrossFailoverCountsOnce(t *testing.T) {
+	s := redistest.StartSentinel(t)
+	ctx := context.Background()
+	hold := &replyHold{target: s.Master.Addr, written: make(chan struct{})}
+	c := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName: s.MasterName, SentinelAddrs: []string{s.Addr},
+		Dialer: hold.dial, ReadTimeout: time.Minute,
+	})
+	defer c.Close()
+	lim := newOn(t, c, FixedWindow, PerHour(10), WithTimeout(time.Minute), WithHealthCheck(0, 0),
+		WithPrefix(fmt.Sprintf("failover-once-%d", time.Now().UnixNano())))
+	if r, err := lim.Allow(ctx, "warm-up"); err != nil || !r.Allowed {
+		t.Fatalf("warm-up: %+v %v", r, err)
+	}
+	hold.mu.Lock()
+	hold.armed = true
+	hold.mu.Unlock()
+	type outcome struct {
+		r   Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		r, err := lim.Allow(ctx, "k")
+		done <- outcome{r, err}
+	}()
+	select {
+	case <-hold.written:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the decision was never sent")
+	}
+	// It ran on the master, and reached the replica.
+	key := lim.keys("k")[0]
+	replica := s.Node(s.Replica.Addr)
+	waitFor(t, "the decision on the replica", func() bool {
+		v, _ := replica.Get(ctx, key).Result()
+		return strings.HasSuffix(v, ":1")
+	})
+	if err := s.SentinelClient(t).Failover(ctx, s.MasterName).Err(); err != nil && !strings.HasPrefix(err.Error(), "INPROG") {
+		t.Fatalf("SENTINEL FAILOVER: %v", err)
+	}
+	var o outcome
+	select {
+	case o = <-done:
+	case <-time.After(40 * time.Second):
+		t.Fatal("the decision never returned")
+	}
+	if err := s.WaitMaster(ctx, s.Replica.Addr); err != nil {
+		t.Fatal(err)
+	}
+	v, err := replica.Get(ctx, key).Result()
+	if err != nil || !strings.HasSuffix(v, ":1") {
+		t.Errorf("one Allow (answered %+v, %v) across a failover: the new master holds %q (%v); want one event counted, not two",
+			o.r, o.err, v, err)
+	}
+}
