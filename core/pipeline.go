@@ -563,8 +563,10 @@ func (c *execContext) Err() error {
 // batch travel in as few script calls as the client allows (see grouping):
 // one script call decides many requests, each all or nothing and in order,
 // so Redis pays the cost of starting a script once per group rather than
-// once per request. DELs and PINGs ride in the same pipeline. Errors are
-// per call: one call's error never fails another.
+// once per request. DELs and PINGs go in a pipeline of their own, sent
+// first: go-redis retries none of a pipeline that holds a script (see
+// scriptCmd), and those two are safe to retry. Errors are per call: one
+// call's error never fails another.
 //
 // The pipeline's context ends when the last of its callers stops waiting:
 // go-redis then stops dialling or waiting for a connection, so a decision
@@ -595,6 +597,7 @@ func (b *batcher) exec(x *execScratch, batch []*call) {
 	}
 	others := x.others[:len(batch)] // DEL and PING, by position
 	pipe := b.client.Pipeline()
+	var other redis.Pipeliner
 	for i, c := range batch {
 		if c.state.Load() != callWaiting {
 			continue // expired or given up: never sent
@@ -618,16 +621,24 @@ func (b *batcher) exec(x *execScratch, batch []*call) {
 				g = x.group()
 			}
 			g.calls = append(g.calls, c)
-		case callDel:
-			others[i] = pipe.Del(ctx, c.keys...)
-		case callPing:
-			others[i] = pipe.Ping(ctx)
+		case callDel, callPing:
+			if other == nil {
+				other = b.client.Pipeline()
+			}
+			if c.kind == callDel {
+				others[i] = other.Del(ctx, c.keys...)
+			} else {
+				others[i] = other.Ping(ctx)
+			}
 		}
 	}
 	groups := x.groups[:x.used]
 	for _, g := range groups {
 		g.build(ctx, b.ruleArgs)
 		_ = pipe.Process(ctx, scriptCmd{g.cmd})
+	}
+	if other != nil {
+		_, _ = other.Exec(ctx)
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command below; an empty pipeline sends nothing
 	b.resend(ctx, groups)
