@@ -355,3 +355,374 @@ func TestLostReplyAcrossFailoverCountsOnce(t *testing.T) {
 			o.r, o.err, v, err)
 	}
 }
+
+// pipeHook is a go-redis hook calling before and after (when set) around
+// every pipeline, with the text of its commands' arguments.
+type pipeHook struct {
+	before, after func(args string)
+}
+
+func (h *pipeHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *pipeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *pipeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		var sb strings.Builder
+		for _, c := range cmds {
+			fmt.Fprint(&sb, c.Args(), " ")
+		}
+		args := sb.String()
+		if h.before != nil {
+			h.before(args)
+		}
+		err := next(ctx, cmds)
+		if h.after != nil {
+			h.after(args)
+		}
+		return err
+	}
+}
+
+// A flusher that returns while another batch is in flight, leaving what is
+// pending to that batch (mayGo), arms the watchdog for the moment that
+// batch counts as stalled (holdBack): if it hangs, what is pending goes on
+// another connection instead of waiting behind it without end.
+func TestFlusherExitDoesNotStrandPending(t *testing.T) {
+	for trial := 0; trial < 20; trial++ {
+		if strandTrial(t, trial) {
+			return
+		}
+	}
+	t.Skip("never caught a flusher leaving a call behind a fresh batch")
+}
+
+func strandTrial(t *testing.T, trial int) (hit bool) {
+	c := redistest.Client(t)
+	relA, relB1, relB := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	aHeld, b1Held := make(chan struct{}), make(chan struct{})
+	var released sync.Once
+	releaseB := func() { released.Do(func() { close(relB) }) }
+	defer releaseB()
+	var lim *Limiter
+	results := make(chan string, 8)
+	allow := func(key string) {
+		go func() {
+			if _, err := lim.Allow(context.Background(), key); err != nil {
+				t.Errorf("%s: %v", key, err)
+			}
+			results <- key
+		}()
+	}
+	mark := func(k string) string { return fmt.Sprintf("{%s-%d}", k, trial) }
+	var sent atomic.Int64 // when the hung batch was sent
+	c.AddHook(&pipeHook{
+		before: func(args string) {
+			if !strings.Contains(args, mark("b2")) {
+				return
+			}
+			sent.Store(time.Now().UnixNano())
+			// The hung batch is out: c queues behind it, then the
+			// flusher of a returns.
+			allow(fmt.Sprintf("c-%d", trial))
+			for {
+				_, pending, _, _ := batcherState(lim.batch)
+				if pending == 1 {
+					break
+				}
+				time.Sleep(10 * time.Microsecond)
+			}
+			close(relA)
+			<-relB
+		},
+		after: func(args string) {
+			switch {
+			case strings.Contains(args, mark("a")):
+				close(aHeld)
+				<-relA
+			case strings.Contains(args, mark("b1")):
+				close(b1Held)
+				<-relB1
+			}
+		},
+	})
+	lim = newOn(t, c, FixedWindow, PerHour(100), WithTimeout(0), WithHealthCheck(0, 0),
+		WithPrefix(fmt.Sprintf("strand-%d", time.Now().UnixNano())))
+	b := lim.batch
+	if err := c.ScriptLoad(context.Background(), scriptSrc).Err(); err != nil {
+		t.Fatal(err)
+	}
+	allow(fmt.Sprintf("a-%d", trial))
+	<-aHeld
+	allow(fmt.Sprintf("b1-%d", trial)) // the second flusher
+	<-b1Held
+	allow(fmt.Sprintf("b2-%d", trial))
+	allow(fmt.Sprintf("b3-%d", trial))
+	waitFor(t, "b2 and b3 queued", func() bool {
+		_, pending, _, _ := batcherState(b)
+		return pending == 2
+	})
+	close(relB1) // the second flusher sends b2 and b3 together: they hang
+	// a's flusher returns; b1 and a are answered.
+	for i := 0; i < 2; i++ {
+		<-results
+	}
+	waitFor(t, "a's flusher done", func() bool {
+		active, _, _, _ := batcherState(b)
+		return active == 1
+	})
+	_, pending, _, watching := batcherState(b)
+	if pending == 0 { // a's flusher took c: the batch was stalled already
+		t.Logf("trial %d: a's flusher sent c", trial)
+		releaseB()
+		for i := 0; i < 3; i++ {
+			<-results
+		}
+		waitBatcherIdle(t, b)
+		return false
+	}
+	t.Logf("trial %d: c left pending behind the batch sent %v ago; watchdog armed: %v",
+		trial, time.Since(time.Unix(0, sent.Load())), watching)
+	select {
+	case k := <-results:
+		t.Logf("%s answered while the batch hangs", k)
+	case <-time.After(3 * time.Second):
+		t.Errorf("a decision left pending behind a hung batch, with a flusher free: not sent after 3s (stallAfter is %v)", stallAfter)
+	}
+	releaseB()
+	waitBatcherIdle(t, b)
+	return true
+}
+
+// The watchdog fires at the earliest deadline, which is the caller's own
+// when its context ends before the limiter's timeout, racing the context's
+// own timer. Either way the caller is told its context's error, and decide
+// counts nothing against Redis's health for a caller that merely ran out of
+// its own time.
+func TestOwnDeadlineNotCountedAgainstHealth(t *testing.T) {
+	opt := redistest.Options(t)
+	opt.MaxRetries = -1
+	c := redis.NewClient(opt)
+	defer c.Close()
+	gate := &holdPipelines{holding: true, open: make(chan struct{})}
+	c.AddHook(gate)
+	defer func() {
+		gate.mu.Lock()
+		gate.holding = false
+		gate.mu.Unlock()
+		close(gate.open)
+	}()
+	lim := newOn(t, c, GCRA, PerSecond(1000), WithTimeout(time.Minute), WithHealthCheck(1<<30, 0),
+		WithPrefix(fmt.Sprintf("ctxdl-%d", time.Now().UnixNano())))
+	bg := context.Background()
+	if err := c.ScriptLoad(bg, scriptSrc).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 400; i++ {
+		ctx, cancel := context.WithTimeout(bg, 2*time.Millisecond)
+		_, err := lim.Allow(ctx, fmt.Sprintf("k%d", i%8))
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("call %d: %v, want DeadlineExceeded", i, err)
+		}
+		if n := lim.health.failures.Load(); n > 0 {
+			t.Fatalf("call %d: a caller past its own context's deadline (the limiter's timeout is a minute) counted %d failure(s) against Redis's health", i, n)
+		}
+	}
+}
+
+// deadlineHold is a dialer for a failover client: once armed, the first
+// connection to target that writes an EVALSHA stalls when go-redis sets its
+// read deadline, just after the write, until the connection is closed; as
+// for a flusher descheduled between writing the pipeline and reading it.
+type deadlineHold struct {
+	target  string
+	mu      sync.Mutex
+	armed   bool
+	held    *deadlineConn
+	written chan struct{}
+	engaged atomic.Bool // the held read deadline was set after the close
+}
+
+type deadlineConn struct {
+	net.Conn
+	h      *deadlineHold
+	hold   atomic.Bool
+	closed chan struct{}
+	once   sync.Once
+}
+
+func (h *deadlineHold) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, network, addr)
+	if err != nil || addr != h.target {
+		return c, err
+	}
+	return &deadlineConn{Conn: c, h: h, closed: make(chan struct{})}, nil
+}
+
+func (c *deadlineConn) Write(b []byte) (int, error) {
+	h := c.h
+	h.mu.Lock()
+	if h.armed && h.held == nil && bytes.Contains(bytes.ToLower(b), []byte("evalsha")) {
+		h.held = c
+		c.hold.Store(true)
+		defer close(h.written)
+	}
+	h.mu.Unlock()
+	return c.Conn.Write(b)
+}
+
+func (c *deadlineConn) SetReadDeadline(t time.Time) error {
+	if c.hold.CompareAndSwap(true, false) {
+		<-c.closed
+		c.h.engaged.Store(true)
+	}
+	return c.Conn.SetReadDeadline(t)
+}
+
+func (c *deadlineConn) Close() error {
+	c.once.Do(func() { close(c.closed) })
+	return c.Conn.Close()
+}
+
+// go-redis sets the read deadline after writing the pipeline: a connection
+// the failover client closes in between fails the call with a "set"
+// OpError wrapping net.ErrClosed, after the script was written and ran on
+// the old master. It is not resent: on the new master, where the write
+// arrived by replication, it would count twice.
+func TestClosedAfterWriteIsNotResent(t *testing.T) {
+	s := redistest.StartSentinel(t)
+	ctx := context.Background()
+	hold := &deadlineHold{target: s.Master.Addr, written: make(chan struct{})}
+	c := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName: s.MasterName, SentinelAddrs: []string{s.Addr},
+		Dialer: hold.dial, ReadTimeout: time.Minute,
+	})
+	defer c.Close()
+	lim := newOn(t, c, FixedWindow, PerHour(10), WithTimeout(time.Minute), WithHealthCheck(0, 0),
+		WithPrefix(fmt.Sprintf("closed-after-write-%d", time.Now().UnixNano())))
+	if r, err := lim.Allow(ctx, "warm-up"); err != nil || !r.Allowed {
+		t.Fatalf("warm-up: %+v %v", r, err)
+	}
+	hold.mu.Lock()
+	hold.armed = true
+	hold.mu.Unlock()
+	type outcome struct {
+		r   Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		r, err := lim.Allow(ctx, "k")
+		done <- outcome{r, err}
+	}()
+	select {
+	case <-hold.written:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the decision was never sent")
+	}
+	key := lim.keys("k")[0]
+	replica := s.Node(s.Replica.Addr)
+	waitFor(t, "the decision on the replica", func() bool {
+		v, _ := replica.Get(ctx, key).Result()
+		return strings.HasSuffix(v, ":1")
+	})
+	if err := s.SentinelClient(t).Failover(ctx, s.MasterName).Err(); err != nil && !strings.HasPrefix(err.Error(), "INPROG") {
+		t.Fatalf("SENTINEL FAILOVER: %v", err)
+	}
+	var o outcome
+	select {
+	case o = <-done:
+	case <-time.After(40 * time.Second):
+		t.Fatal("the decision never returned")
+	}
+	if err := s.WaitMaster(ctx, s.Replica.Addr); err != nil {
+		t.Fatal(err)
+	}
+	if !hold.engaged.Load() {
+		t.Skip("the connection was not closed between the write and the read")
+	}
+	v, err := replica.Get(ctx, key).Result()
+	if err != nil || !strings.HasSuffix(v, ":1") {
+		t.Errorf("one Allow (answered %+v, %v) across a failover: the new master holds %q (%v); want one event counted, not two",
+			o.r, o.err, v, err)
+	}
+}
+
+// DELs and PINGs go in a pipeline of their own, sent before the scripts,
+// which are grouped after it of the calls still waiting: a decision whose
+// caller stopped waiting during that round trip (and was told it failed,
+// and under FailOpen admitted) is not sent, though another caller of its
+// batch still waits.
+func TestDecisionNotSentAfterItsCallerLeftBehindDel(t *testing.T) {
+	c := redistest.Client(t)
+	gate := &holdPipelines{holding: true, open: make(chan struct{})}
+	delHeld, delRelease := make(chan struct{}), make(chan struct{})
+	var delOnce sync.Once
+	c.AddHook(gate)
+	c.AddHook(&pipeHook{before: func(args string) {
+		if strings.HasPrefix(args, "[del ") {
+			delOnce.Do(func() { close(delHeld) })
+			<-delRelease
+		}
+	}})
+	lim := newOn(t, c, FixedWindow, PerHour(10), WithTimeout(0), WithHealthCheck(0, 0),
+		WithPrefix(fmt.Sprintf("delfirst-%d", time.Now().UnixNano())))
+	b := lim.batch
+	bg := context.Background()
+	if err := c.ScriptLoad(bg, scriptSrc).Err(); err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 8)
+	allow := func(ctx context.Context, key string) {
+		go func() {
+			_, err := lim.Allow(ctx, key)
+			errs <- err
+		}()
+	}
+	// Both flushers busy, each with a decision held by the gate.
+	allow(bg, "x1")
+	waitFor(t, "the first pipeline", func() bool { return gate.count() == 1 })
+	allow(bg, "x2")
+	waitFor(t, "the second pipeline", func() bool { return gate.count() == 2 })
+	// A Reset and two decisions queue: one whose caller waits 300ms at
+	// most, one whose caller waits for its answer.
+	resetDone := make(chan error, 1)
+	go func() { resetDone <- lim.Reset(bg, "r") }()
+	short, cancel := context.WithTimeout(bg, 300*time.Millisecond)
+	defer cancel()
+	shortDone := make(chan error, 1)
+	go func() {
+		_, err := lim.Allow(short, "short")
+		shortDone <- err
+	}()
+	allow(bg, "long")
+	waitFor(t, "three calls queued", func() bool {
+		_, pending, _, _ := batcherState(b)
+		return pending == 3
+	})
+	// One flusher takes all three; its DEL pipeline is slow.
+	gate.mu.Lock()
+	gate.holding = false
+	gate.mu.Unlock()
+	close(gate.open)
+	<-delHeld
+	err := <-shortDone
+	if err == nil {
+		t.Fatal("the short decision was answered, with its DEL held")
+	}
+	t.Logf("the caller of the short decision was told: %v", err)
+	close(delRelease)
+	if err := <-resetDone; err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitBatcherIdle(t, b)
+	if v, err := redistest.Client(t).Get(bg, lim.keys("short")[0]).Result(); err != redis.Nil {
+		t.Errorf("a decision whose caller had been told %q was sent afterwards, behind the DEL pipeline, and counted: key holds %q (%v)",
+			"context deadline exceeded", v, err)
+	}
+}

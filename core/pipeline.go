@@ -255,6 +255,13 @@ func (b *batcher) do(ctx context.Context, timeout time.Duration, c *call) (answe
 		<-c.done
 	}
 	if c.state.Load() == callExpired {
+		// At the caller's own deadline, say so as its context does (decide
+		// must not count a caller's impatience against Redis): the
+		// watchdog may have fired a moment before the context's timer.
+		if d, ok := ctx.Deadline(); ok && !d.After(c.deadline) {
+			<-ctx.Done()
+			return false, ctx.Err()
+		}
 		return false, context.DeadlineExceeded
 	}
 	return true, c.err
@@ -357,7 +364,7 @@ func (b *batcher) sendInline(c *call) (bool, error) {
 			_ = b.client.Process(ctx, scriptCmd{cmd})
 			if isNoScript(cmd.Err()) {
 				args[0], args[1] = "eval", scriptSrc
-			} else if sends >= maxSends || !resendable(cmd.Err()) || !pause(ctx, sends) {
+			} else if sends >= maxSends || !resendable(cmd.Err(), true) || !pause(ctx, sends) {
 				break
 			}
 		}
@@ -461,6 +468,9 @@ func (b *batcher) flush() {
 		// returns, unless it may go now (see mayGo).
 		if len(b.pending) == 0 || b.active > 1 && !b.mayGo(time.Now()) {
 			b.active--
+			if len(b.pending) > 0 {
+				b.holdBack() // in case the batch in flight stalls
+			}
 			b.scratch = append(b.scratch, x)
 			b.mu.Unlock()
 			return
@@ -565,7 +575,8 @@ func (c *execContext) Err() error {
 // so Redis pays the cost of starting a script once per group rather than
 // once per request. DELs and PINGs go in a pipeline of their own, sent
 // first: go-redis retries none of a pipeline that holds a script (see
-// scriptCmd), and those two are safe to retry. Errors are per call: one
+// scriptCmd), and those two are safe to retry. The scripts are grouped
+// after it, of the calls still waiting then. Errors are per call: one
 // call's error never fails another.
 //
 // The pipeline's context ends when the last of its callers stops waiting:
@@ -596,14 +607,31 @@ func (b *batcher) exec(x *execScratch, batch []*call) {
 		x.others = make([]redis.Cmder, len(batch))
 	}
 	others := x.others[:len(batch)] // DEL and PING, by position
-	pipe := b.client.Pipeline()
 	var other redis.Pipeliner
 	for i, c := range batch {
-		if c.state.Load() != callWaiting {
+		if c.kind == callScript || c.state.Load() != callWaiting {
+			continue
+		}
+		if other == nil {
+			other = b.client.Pipeline()
+		}
+		if c.kind == callDel {
+			others[i] = other.Del(ctx, c.keys...)
+		} else {
+			others[i] = other.Ping(ctx)
+		}
+	}
+	if other != nil {
+		_, _ = other.Exec(ctx)
+	}
+	// The scripts go after: a decision whose caller stopped waiting during
+	// that round trip (and was told it failed) is not sent.
+	pipe := b.client.Pipeline()
+	for _, c := range batch {
+		if c.kind != callScript || c.state.Load() != callWaiting {
 			continue // expired or given up: never sent
 		}
-		switch c.kind {
-		case callScript:
+		{
 			var g *scriptGroup
 			switch {
 			case b.grouping == groupAll && x.used > 0:
@@ -621,24 +649,12 @@ func (b *batcher) exec(x *execScratch, batch []*call) {
 				g = x.group()
 			}
 			g.calls = append(g.calls, c)
-		case callDel, callPing:
-			if other == nil {
-				other = b.client.Pipeline()
-			}
-			if c.kind == callDel {
-				others[i] = other.Del(ctx, c.keys...)
-			} else {
-				others[i] = other.Ping(ctx)
-			}
 		}
 	}
 	groups := x.groups[:x.used]
 	for _, g := range groups {
 		g.build(ctx, b.ruleArgs)
 		_ = pipe.Process(ctx, scriptCmd{g.cmd})
-	}
-	if other != nil {
-		_, _ = other.Exec(ctx)
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command below; an empty pipeline sends nothing
 	b.resend(ctx, groups)
@@ -690,6 +706,7 @@ type scriptGroup struct {
 	args   []interface{} // the whole command: EVALSHA, the hash, the keys, ARGV
 	cmd    *redis.Cmd
 	source bool // Redis lost the script: send EVAL with the source
+	again  bool // to be sent again (resend)
 }
 
 // build makes the group's script call of its calls: EVALSHA, or EVAL with
@@ -736,39 +753,39 @@ func (g *scriptGroup) keepWaiting() bool {
 // times, and only the decisions whose callers still wait go again: one
 // whose caller was told it failed is never counted after that.
 func (b *batcher) resend(ctx context.Context, groups []*scriptGroup) {
+	together := len(groups) // script calls in the pipeline last sent
 	for sends := 1; sends < maxSends; sends++ {
-		again, wait := false, false
+		again, wait := 0, false
 		for _, g := range groups {
+			g.again = false
+			refused := false // Redis could not take it: wait a little
 			switch err := g.cmd.Err(); {
 			case isNoScript(err):
-				again = true
-			case resendable(err):
-				again, wait = true, true
-			}
-		}
-		if !again || wait && !pause(ctx, sends) {
-			return
-		}
-		var pipe redis.Pipeliner
-		for _, g := range groups {
-			err := g.cmd.Err()
-			if isNoScript(err) {
 				g.source = true
-			} else if !resendable(err) {
+			case resendable(err, together == 1):
+				refused = true
+			default:
 				continue
 			}
-			if !g.keepWaiting() {
-				continue // nobody waits: its error stands, unsent
+			// Only the decisions whose callers still wait go again; a
+			// group nobody waits for keeps its error, unsent.
+			if g.keepWaiting() {
+				g.again = true
+				again++
+				wait = wait || refused
 			}
-			if pipe == nil {
-				pipe = b.client.Pipeline()
-			}
-			g.build(ctx, b.ruleArgs)
-			_ = pipe.Process(ctx, scriptCmd{g.cmd})
 		}
-		if pipe == nil {
+		if again == 0 || wait && !pause(ctx, sends) {
 			return
 		}
+		pipe := b.client.Pipeline()
+		for _, g := range groups {
+			if g.again && g.keepWaiting() {
+				g.build(ctx, b.ruleArgs)
+				_ = pipe.Process(ctx, scriptCmd{g.cmd})
+			}
+		}
+		together = again
 		_, _ = pipe.Exec(ctx)
 	}
 }
@@ -794,15 +811,16 @@ func (scriptCmd) NoRetry() bool { return true }
 // resendable reports whether a script call that failed with err may be
 // sent again without counting twice: no connection could be made or taken
 // from the pool; Redis refused the command before running it (loading its
-// data, a replica, a cluster slot moving or down, too many clients); or
-// the connection was closed before the command was written. A script that
-// failed inside (a key of the wrong type) answers per request, not with an
-// error of the call. A reply lost after the write is not resendable, a
-// read timeout or a connection reset, nor one whose connection go-redis
-// closed under the read (as a failover client does to its connections to
-// a replaced master): the script may have run, and on a master whose
-// writes reached the new one before the switch.
-func resendable(err error) bool {
+// data, a replica, a cluster slot moving or down, too many clients); or,
+// when the call went alone, its write failed (a command written in part
+// never runs). A script that failed inside (a key of the wrong type)
+// answers per request, not with an error of the call. Nothing after the
+// write is resendable: a read timeout, a connection reset, a connection
+// closed by go-redis under the call (as a failover client does to its
+// connections to a replaced master): the script may have run, and on a
+// master whose writes reached the new one before the switch. Nor a write
+// that failed after other script calls of its pipeline went out whole.
+func resendable(err error, alone bool) bool {
 	if err == nil {
 		return false
 	}
@@ -811,12 +829,12 @@ func resendable(err error) bool {
 		switch op.Op {
 		case "dial":
 			return true
-		case "read":
-			return false
+		case "write":
+			return alone
 		}
+		return false // a read, or a deadline set after the write
 	}
-	return errors.Is(err, net.ErrClosed) || errors.Is(err, redis.ErrPoolTimeout) ||
-		errors.Is(err, redis.ErrPoolExhausted) ||
+	return errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrPoolExhausted) ||
 		redis.IsLoadingError(err) || redis.IsReadOnlyError(err) || redis.IsMasterDownError(err) ||
 		redis.IsTryAgainError(err) || redis.IsClusterDownError(err) || redis.IsMaxClientsError(err)
 }

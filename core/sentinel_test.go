@@ -91,7 +91,7 @@ func TestSentinelFailover(t *testing.T) {
 	// never sent again. At most one per load goroutine; nothing else.
 	lostReply := func(err error) bool {
 		var op *net.OpError
-		return errors.As(err, &op) && op.Op == "read" && errors.Is(err, net.ErrClosed)
+		return errors.As(err, &op) && (op.Op == "read" || op.Op == "set") && errors.Is(err, net.ErrClosed)
 	}
 	load.checkErrorsBut(t, t0, switched, lostReply, loadGoroutines)
 	over, excess, most := 0, int64(0), int64(0)
