@@ -404,7 +404,17 @@ func strandTrial(t *testing.T, trial int) (hit bool) {
 	defer releaseB()
 	var lim *Limiter
 	results := make(chan string, 8)
+	var launched atomic.Int32 // callers started (one by the hook)
+	received := int32(0)
+	// Every caller has returned before the trial does: none may report to
+	// a finished test.
+	defer func() {
+		for ; received < launched.Load(); received++ {
+			<-results
+		}
+	}()
 	allow := func(key string) {
+		launched.Add(1)
 		go func() {
 			if _, err := lim.Allow(context.Background(), key); err != nil {
 				t.Errorf("%s: %v", key, err)
@@ -464,6 +474,7 @@ func strandTrial(t *testing.T, trial int) (hit bool) {
 	// a's flusher returns; b1 and a are answered.
 	for i := 0; i < 2; i++ {
 		<-results
+		received++
 	}
 	waitFor(t, "a's flusher done", func() bool {
 		active, _, _, _ := batcherState(b)
@@ -473,9 +484,6 @@ func strandTrial(t *testing.T, trial int) (hit bool) {
 	if pending == 0 { // a's flusher took c: the batch was stalled already
 		t.Logf("trial %d: a's flusher sent c", trial)
 		releaseB()
-		for i := 0; i < 3; i++ {
-			<-results
-		}
 		waitBatcherIdle(t, b)
 		return false
 	}
@@ -483,6 +491,7 @@ func strandTrial(t *testing.T, trial int) (hit bool) {
 		trial, time.Since(time.Unix(0, sent.Load())), watching)
 	select {
 	case k := <-results:
+		received++
 		t.Logf("%s answered while the batch hangs", k)
 	case <-time.After(3 * time.Second):
 		t.Errorf("a decision left pending behind a hung batch, with a flusher free: not sent after 3s (stallAfter is %v)", stallAfter)
@@ -684,11 +693,11 @@ func TestDecisionNotSentAfterItsCallerLeftBehindDel(t *testing.T) {
 	waitFor(t, "the first pipeline", func() bool { return gate.count() == 1 })
 	allow(bg, "x2")
 	waitFor(t, "the second pipeline", func() bool { return gate.count() == 2 })
-	// A Reset and two decisions queue: one whose caller waits 300ms at
-	// most, one whose caller waits for its answer.
+	// A Reset and two decisions queue: one whose caller gives up once the
+	// DEL is held, one whose caller waits for its answer.
 	resetDone := make(chan error, 1)
 	go func() { resetDone <- lim.Reset(bg, "r") }()
-	short, cancel := context.WithTimeout(bg, 300*time.Millisecond)
+	short, cancel := context.WithCancel(bg)
 	defer cancel()
 	shortDone := make(chan error, 1)
 	go func() {
@@ -706,9 +715,10 @@ func TestDecisionNotSentAfterItsCallerLeftBehindDel(t *testing.T) {
 	gate.mu.Unlock()
 	close(gate.open)
 	<-delHeld
+	cancel()
 	err := <-shortDone
-	if err == nil {
-		t.Fatal("the short decision was answered, with its DEL held")
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("the short decision, canceled with the DEL held: %v", err)
 	}
 	t.Logf("the caller of the short decision was told: %v", err)
 	close(delRelease)
@@ -723,6 +733,116 @@ func TestDecisionNotSentAfterItsCallerLeftBehindDel(t *testing.T) {
 	waitBatcherIdle(t, b)
 	if v, err := redistest.Client(t).Get(bg, lim.keys("short")[0]).Result(); err != redis.Nil {
 		t.Errorf("a decision whose caller had been told %q was sent afterwards, behind the DEL pipeline, and counted: key holds %q (%v)",
-			"context deadline exceeded", v, err)
+			"context canceled", v, err)
+	}
+}
+
+// A caller that stops waiting by canceling its context ends its batch's
+// context when no other caller of the batch waits (endIdleSends): the
+// pipeline, waiting for a pooled connection, gives up, and the decision is
+// not sent and counted after its only caller was told context.Canceled
+// (and, under FailOpen, admitted).
+func TestCanceledDecisionIsNotSentLate(t *testing.T) {
+	opt := redistest.Options(t)
+	opt.PoolSize, opt.PoolTimeout, opt.MaxRetries = 1, time.Minute, -1
+	opt.ClientName = "cancel-late"
+	c := redis.NewClient(opt)
+	t.Cleanup(func() { c.Close() }) // after the hold is released
+	lim := newOn(t, c, FixedWindow, PerHour(5), WithTimeout(time.Minute), WithHealthCheck(0, 0),
+		WithPrefix(fmt.Sprintf("cancel-late-%d", time.Now().UnixNano())))
+	bg := context.Background()
+	if err := c.ScriptLoad(bg, scriptSrc).Err(); err != nil {
+		t.Fatal(err)
+	}
+	release := holdOnlyConnection(t, c, opt.ClientName)
+	ctx, cancel := context.WithCancel(bg)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := lim.Allow(ctx, "k")
+		done <- err
+	}()
+	// The flusher has taken the decision and waits for the connection.
+	waitFor(t, "the decision in flight", func() bool {
+		_, _, inflight, _ := batcherState(lim.batch)
+		return inflight == 1
+	})
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the canceled caller: %v", err)
+	}
+	release()
+	waitBatcherIdle(t, lim.batch)
+	if v, err := redistest.Client(t).Get(bg, lim.keys("k")[0]).Result(); err != redis.Nil {
+		t.Errorf("a decision whose only caller had been told context.Canceled was sent afterwards: key holds %q (%v)", v, err)
+	}
+}
+
+// With ContextTimeoutEnabled, go-redis ends the pipeline's read at the
+// batch's latest deadline: for a lone caller, its own context's. The
+// answer ("i/o timeout") can arrive before the context's own timer has set
+// ctx.Err(); decide still counts nothing against Redis's health for a
+// caller past its own deadline, or enough impatient callers would open the
+// breaker on a healthy Redis.
+func TestOwnDeadlineAnswerNotCountedAgainstHealth(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: redistest.StuckServer(t), ContextTimeoutEnabled: true,
+		MaxRetries: -1, ReadTimeout: time.Minute})
+	defer c.Close()
+	lim := newOn(t, c, GCRA, PerSecond(1000), WithTimeout(time.Minute), WithHealthCheck(1<<30, 0))
+	for i := 0; i < 200; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Millisecond)
+		_, err := lim.Allow(ctx, "k")
+		cancel()
+		if err == nil {
+			t.Fatalf("call %d answered by a server that never answers", i)
+		}
+		if n := lim.health.failures.Load(); n > 0 {
+			t.Fatalf("call %d (%v): a caller past its own context's deadline counted %d failure(s) against Redis's health", i, err, n)
+		}
+	}
+}
+
+// countScripts is a go-redis hook counting the script calls sent as single
+// commands (the inline path).
+type countScripts struct{ n atomic.Int32 }
+
+func (h *countScripts) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *countScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if name := strings.ToLower(cmd.Name()); name == "evalsha" || name == "eval" {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *countScripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// The inline path keeps to maxSends as the batched resend does: after
+// maxSends-1 refusals (LOADING, as while Redis loads its data after a
+// restart that also lost the script), an EVALSHA answered NOSCRIPT is the
+// last send.
+func TestInlineSendsAtMostMaxSends(t *testing.T) {
+	p := startDroppingProxy(t, redistest.Options(t).Addr)
+	c := redis.NewClient(&redis.Options{Addr: p.addr, ContextTimeoutEnabled: true})
+	defer c.Close()
+	count := &countScripts{}
+	c.AddHook(count)
+	lim := newOn(t, c, FixedWindow, PerHour(10), WithTimeout(10*time.Second), WithHealthCheck(0, 0),
+		WithPrefix(fmt.Sprintf("inline-sends-%d", time.Now().UnixNano())))
+	if !lim.batch.inline {
+		t.Fatal("ContextTimeoutEnabled not detected")
+	}
+	bg := context.Background()
+	if err := c.ScriptFlush(bg).Err(); err != nil { // the fourth send meets NOSCRIPT
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	p.refuse = maxSends - 1
+	p.mu.Unlock()
+	_, err := lim.Allow(bg, "k")
+	if n := count.n.Load(); n > maxSends {
+		t.Errorf("one decision sent %d times (%v); maxSends is %d", n, err, maxSends)
 	}
 }

@@ -89,6 +89,11 @@ func TestTimedOutDecisionIsNotSentLate(t *testing.T) {
 	t.Cleanup(func() { c.Close() }) // after the hold is released
 	lim := newOn(t, c, FixedWindow, PerHour(5), WithTimeout(50*time.Millisecond),
 		WithFailureMode(FailClosed), WithHealthCheck(0, 0), WithPrefix(fmt.Sprintf("late-%d", time.Now().UnixNano())))
+	// Loaded, so that a late EVALSHA would run rather than meet NOSCRIPT
+	// (whatever ran on this server before).
+	if err := c.ScriptLoad(context.Background(), scriptSrc).Err(); err != nil {
+		t.Fatal(err)
+	}
 	release := holdOnlyConnection(t, c, opt.ClientName)
 
 	r, err := lim.Allow(context.Background(), "k")

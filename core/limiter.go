@@ -234,11 +234,23 @@ func (l *Limiter) decide(ctx context.Context, key string, consume bool, n int) (
 	// Only the limiter's own timeout, or an error, says something about
 	// Redis: a caller that gave up (its context canceled or past its own
 	// deadline) does not, or one impatient caller could take Redis out of
-	// service for everyone.
-	if ctx.Err() == nil && availability(err) {
+	// service for everyone. (The deadline is checked, not only ctx.Err: an
+	// answer cut short at that deadline can arrive a moment before the
+	// context's own timer has ended it.)
+	if !gaveUp(ctx) && availability(err) {
 		l.health.failure(err)
 	}
 	return l.fallback(key, consume, n, err)
+}
+
+// gaveUp reports whether the caller's context has ended or reached its
+// deadline.
+func gaveUp(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d)
 }
 
 func (l *Limiter) fallback(key string, consume bool, n int, err error) (Result, error) {

@@ -18,9 +18,9 @@ import (
 // A caller queues its call and waits for its own result, or for its own
 // deadline, whichever comes first. While no pipeline is in flight, a flusher
 // goroutine sends what is queued at once; while one is in flight, the calls
-// arriving meanwhile gather and go together in the next. There is no timer:
-// a lone caller is sent immediately, and a crowd is batched naturally by the
-// round trip it waits for.
+// arriving meanwhile gather and go together in the next (see mayGo). No
+// timer holds a call back: a lone caller is sent immediately, and a crowd
+// is batched naturally by the round trip it waits for.
 //
 // Because the caller waits on a channel rather than on the connection, its
 // deadline holds whatever the client's own timeouts are (go-redis ignores
@@ -48,7 +48,7 @@ type batcher struct {
 	pending   []*call
 	spare     []*call        // an emptied batch, reused as the next pending slice
 	active    int            // flushers running, and a caller sending inline
-	inflight  int            // calls in the batches being sent
+	inflight  int            // calls in batches being sent, until their flusher next takes mu
 	scratch   []*execScratch // idle flushers' scratch, reused by the next
 	scratches []*execScratch // every scratch made, idle or sending
 
@@ -99,7 +99,8 @@ func (x *execScratch) reset() {
 // A call waits until one of three claims it (claim): its flusher, with an
 // answer; the batcher's watchdog, at its deadline; or its caller, giving up
 // when its context ends. Whoever claims it signals done, once; the others
-// leave it alone.
+// leave it alone. A call sent inline (sendInline) is neither queued nor
+// claimed: its caller sends it and reads the answer itself.
 //
 // Calls are pooled. A caller whose call was answered puts it back once it
 // has read the answer; the flusher touches an answered call no more after
@@ -205,8 +206,9 @@ func enforcesDeadlines(client redis.UniversalClient) bool {
 	return false
 }
 
-// do queues c and waits until it is answered, ctx is done, or timeout has
-// passed (timeout <= 0: no bound but ctx's). It reports whether c was
+// do queues c, or sends it itself (sendInline), and waits until it is
+// answered, ctx is done, or timeout has passed (timeout <= 0: no bound but
+// ctx's). It reports whether c was
 // answered; when it was not, the caller must not reuse c.
 func (b *batcher) do(ctx context.Context, timeout time.Duration, c *call) (answered bool, err error) {
 	now := time.Now()
@@ -247,6 +249,9 @@ func (b *batcher) do(ctx context.Context, timeout time.Duration, c *call) (answe
 		case <-c.done:
 		case <-done:
 			if c.claim(callAbandoned) {
+				b.mu.Lock()
+				b.endIdleSends()
+				b.mu.Unlock()
 				return false, ctx.Err()
 			}
 			<-c.done // answered or expired meanwhile: that is the outcome
@@ -282,7 +287,7 @@ func (b *batcher) arm(deadline time.Time) {
 // earliest deadline still ahead. One timer per batcher thus bounds every
 // caller's wait, instead of a timer per call: calls wait in arrival order,
 // so the watchdog wakes about once per timeout however many calls pass.
-// A caller whose context has a deadline also watches its context.
+// A caller whose context can end also watches it.
 func (b *batcher) expire() {
 	now := time.Now()
 	var expired []*call
@@ -319,6 +324,9 @@ func (b *batcher) expire() {
 		for _, c := range x.batch {
 			waiting(c)
 		}
+	}
+	if len(expired) > 0 {
+		b.endIdleSends()
 	}
 	b.watching = false
 	start := len(b.pending) > 0 && b.canStart(now)
@@ -362,9 +370,13 @@ func (b *batcher) sendInline(c *call) (bool, error) {
 		for sends := 1; ; sends++ {
 			cmd = redis.NewCmd(ctx, args...)
 			_ = b.client.Process(ctx, scriptCmd{cmd})
-			if isNoScript(cmd.Err()) {
+			err := cmd.Err()
+			if sends >= maxSends {
+				break
+			}
+			if isNoScript(err) {
 				args[0], args[1] = "eval", scriptSrc
-			} else if sends >= maxSends || !resendable(cmd.Err(), true) || !pause(ctx, sends) {
+			} else if !resendable(err, true) || !pause(ctx, sends) {
 				break
 			}
 		}
@@ -434,6 +446,28 @@ func (b *batcher) oldestSent() (time.Time, bool) {
 	return sent, !sent.IsZero()
 }
 
+// endIdleSends ends the context of every batch being sent in which no call
+// waits any more, with b.mu held: go-redis then stops waiting for a
+// connection or dialling, and a decision whose caller was told it failed
+// is not sent late.
+func (b *batcher) endIdleSends() {
+	for _, x := range b.scratches {
+		if x.batch == nil {
+			continue
+		}
+		idle := true
+		for _, c := range x.batch {
+			if c.state.Load() == callWaiting {
+				idle = false
+				break
+			}
+		}
+		if idle {
+			x.ctx.end()
+		}
+	}
+}
+
 // holdBack makes the watchdog look again when the batch in flight will
 // count as stalled, with b.mu held, for a call that pending could not send.
 func (b *batcher) holdBack() {
@@ -444,7 +478,8 @@ func (b *batcher) holdBack() {
 	}
 }
 
-// flush sends batches until the queue is empty.
+// flush sends batches until the queue is empty, or until what is left may
+// wait for a batch in flight (see mayGo).
 func (b *batcher) flush() {
 	var x *execScratch
 	var done []*call // the batch just sent, to give back as spare
@@ -533,6 +568,16 @@ func (c *execContext) disarm() {
 	c.timer.Stop()
 }
 
+// end ends the send at once: nobody waits for its answer any more.
+func (c *execContext) end() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.armed && !c.expired {
+		c.expired = true
+		close(c.done)
+	}
+}
+
 func (c *execContext) fire() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -579,8 +624,9 @@ func (c *execContext) Err() error {
 // after it, of the calls still waiting then. Errors are per call: one
 // call's error never fails another.
 //
-// The pipeline's context ends when the last of its callers stops waiting:
-// go-redis then stops dialling or waiting for a connection, so a decision
+// The pipeline's context ends when the last of its callers stops waiting
+// (its deadline passes, or endIdleSends finds none waiting): go-redis then
+// stops dialling or waiting for a connection, so a decision
 // nobody waits for any more is not sent late (say, to a Redis that has just
 // restarted) to consume quota for a request long gone.
 func (b *batcher) exec(x *execScratch, batch []*call) {
