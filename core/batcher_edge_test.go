@@ -401,18 +401,18 @@ func strandTrial(t *testing.T, trial int) (hit bool) {
 	aHeld, b1Held := make(chan struct{}), make(chan struct{})
 	var released sync.Once
 	releaseB := func() { released.Do(func() { close(relB) }) }
-	defer releaseB()
 	var lim *Limiter
 	results := make(chan string, 8)
 	var launched atomic.Int32 // callers started (one by the hook)
 	received := int32(0)
 	// Every caller has returned before the trial does: none may report to
-	// a finished test.
+	// a finished test. (Deferred first, so it runs after releaseB.)
 	defer func() {
 		for ; received < launched.Load(); received++ {
 			<-results
 		}
 	}()
+	defer releaseB()
 	allow := func(key string) {
 		launched.Add(1)
 		go func() {
@@ -844,5 +844,83 @@ func TestInlineSendsAtMostMaxSends(t *testing.T) {
 	_, err := lim.Allow(bg, "k")
 	if n := count.n.Load(); n > maxSends {
 		t.Errorf("one decision sent %d times (%v); maxSends is %d", n, err, maxSends)
+	}
+}
+
+// A DEL (Reset) or a PING is answered as soon as its own pipeline returns,
+// not after the scripts of its batch: a slow or hung script pipeline must
+// not turn a Reset that has been done into a timeout (or keep the health
+// probe's answered PING from reopening the limiter).
+func TestDelAnsweredBeforeTheScripts(t *testing.T) {
+	c := redistest.Client(t)
+	var mu sync.Mutex
+	holds := map[string]chan struct{}{}
+	hold := func(mark string) chan struct{} {
+		mu.Lock()
+		defer mu.Unlock()
+		ch := make(chan struct{})
+		holds[mark] = ch
+		return ch
+	}
+	held := make(chan string, 8)
+	c.AddHook(&pipeHook{after: func(args string) {
+		mu.Lock()
+		var ch chan struct{}
+		var name string
+		for m, h := range holds {
+			if strings.Contains(args, m) {
+				ch, name = h, m
+			}
+		}
+		mu.Unlock()
+		if ch != nil {
+			held <- name
+			<-ch
+		}
+	}})
+	lim := newOn(t, c, FixedWindow, PerHour(10), WithTimeout(time.Second), WithHealthCheck(0, 0),
+		WithPrefix(fmt.Sprintf("delbehind-%d", time.Now().UnixNano())))
+	b := lim.batch
+	bg := context.Background()
+	if err := c.ScriptLoad(bg, scriptSrc).Err(); err != nil {
+		t.Fatal(err)
+	}
+	relX1, relX2, relLong := hold("{x1}"), hold("{x2}"), hold("{long}")
+	defer close(relLong)
+	errs := make(chan error, 4)
+	allow := func(key string) {
+		go func() {
+			_, err := lim.Allow(bg, key)
+			errs <- err
+		}()
+	}
+	// Both flushers busy, each held after its reply.
+	allow("x1")
+	<-held
+	allow("x2")
+	<-held
+	// A Reset and a decision queue together.
+	key := lim.keys("r")[0]
+	if err := c.Set(bg, key, "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	resetDone := make(chan error, 1)
+	go func() { resetDone <- lim.Reset(bg, "r") }()
+	allow("long")
+	waitFor(t, "the Reset and the decision queued", func() bool {
+		_, pending, _, _ := batcherState(b)
+		return pending == 2
+	})
+	close(relX1)
+	close(relX2)
+	// One flusher sends the DEL, then the decision, whose pipeline is held.
+	if m := <-held; m != "{long}" {
+		t.Fatalf("held %s", m)
+	}
+	if n := c.Exists(bg, key).Val(); n != 0 {
+		t.Fatal("the DEL did not run before the scripts")
+	}
+	if err := <-resetDone; err != nil {
+		t.Errorf("Reset whose DEL ran and was answered: %v", err)
 	}
 }

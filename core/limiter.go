@@ -200,25 +200,26 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if l.local != nil {
 		l.local.Reset(key)
 	}
+	// A DEL or PING is answered as soon as its own pipeline returns, while
+	// its batch's scripts are still out: its call may still be read there
+	// (see exec), so it is not put back in the pool. Both are rare.
 	c := getCall(callDel)
 	c.keys = l.appendKeys(c.keys, storedKey(key))
-	if answered, err := l.batch.do(ctx, l.opts.timeout, c); !answered {
+	_, err := l.batch.do(ctx, l.opts.timeout, c)
+	if err != nil {
 		return err
 	}
-	err := c.err
-	putCall(c)
-	return err
+	return c.err
 }
 
 // ping is the health probe: a PING through the batcher.
 func (l *Limiter) ping(ctx context.Context) error {
-	c := getCall(callPing)
-	if answered, err := l.batch.do(ctx, 0, c); !answered {
+	c := getCall(callPing) // not put back: see Reset
+	_, err := l.batch.do(ctx, 0, c)
+	if err != nil {
 		return err
 	}
-	err := c.err
-	putCall(c)
-	return err
+	return c.err
 }
 
 // decide asks Redis, or the failure mode when Redis cannot be asked.

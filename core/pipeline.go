@@ -102,10 +102,11 @@ func (x *execScratch) reset() {
 // leave it alone. A call sent inline (sendInline) is neither queued nor
 // claimed: its caller sends it and reads the answer itself.
 //
-// Calls are pooled. A caller whose call was answered puts it back once it
-// has read the answer; the flusher touches an answered call no more after
-// signalling. A call that expired or was given up is never put back: it may
-// still sit in a batch being sent.
+// Script calls are pooled. A caller whose call was answered puts it back
+// once it has read the answer; the flusher touches an answered call no more
+// after signalling. A call that expired or was given up is never put back:
+// it may still sit in a batch being sent. Nor is a DEL or a PING, answered
+// while its batch's scripts are still out.
 type call struct {
 	kind callKind
 	keys []string      // the request's keys, one per rule
@@ -134,6 +135,23 @@ const (
 // someone else claimed c first.
 func (c *call) claim(s uint32) bool {
 	return c.state.CompareAndSwap(callWaiting, s)
+}
+
+// stillWaits reports whether c's caller still waits at now. A call past its
+// deadline is expired here and then, rather than sent in the moments before
+// the watchdog's next round: its caller would be told it failed while
+// Redis counted it.
+func (c *call) stillWaits(now time.Time) bool {
+	if c.state.Load() != callWaiting {
+		return false
+	}
+	if !c.deadline.IsZero() && !now.Before(c.deadline) {
+		if c.claim(callExpired) {
+			c.done <- struct{}{} // expired calls are never reused: signalled at once
+		}
+		return false
+	}
+	return true
 }
 
 var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
@@ -263,7 +281,7 @@ func (b *batcher) do(ctx context.Context, timeout time.Duration, c *call) (answe
 		// At the caller's own deadline, say so as its context does (decide
 		// must not count a caller's impatience against Redis): the
 		// watchdog may have fired a moment before the context's timer.
-		if d, ok := ctx.Deadline(); ok && !d.After(c.deadline) {
+		if d, ok := ctx.Deadline(); ok && !d.After(c.deadline) && ctx.Done() != nil {
 			<-ctx.Done()
 			return false, ctx.Err()
 		}
@@ -654,8 +672,9 @@ func (b *batcher) exec(x *execScratch, batch []*call) {
 	}
 	others := x.others[:len(batch)] // DEL and PING, by position
 	var other redis.Pipeliner
+	now := time.Now()
 	for i, c := range batch {
-		if c.kind == callScript || c.state.Load() != callWaiting {
+		if c.kind == callScript || !c.stillWaits(now) {
 			continue
 		}
 		if other == nil {
@@ -669,12 +688,25 @@ func (b *batcher) exec(x *execScratch, batch []*call) {
 	}
 	if other != nil {
 		_, _ = other.Exec(ctx)
+		// Answered at once, not after the scripts: a slow script pipeline
+		// must not hold a Reset that has been done (their callers never
+		// put these calls back in the pool, so they may be signalled
+		// while the batch still holds them).
+		for i, c := range batch {
+			if others[i] != nil && c.claim(callAnswered) {
+				c.err = others[i].Err()
+				c.done <- struct{}{}
+			}
+		}
 	}
 	// The scripts go after: a decision whose caller stopped waiting during
 	// that round trip (and was told it failed) is not sent.
 	pipe := b.client.Pipeline()
+	if other != nil {
+		now = time.Now()
+	}
 	for _, c := range batch {
-		if c.kind != callScript || c.state.Load() != callWaiting {
+		if c.kind != callScript || !c.stillWaits(now) {
 			continue // expired or given up: never sent
 		}
 		{
@@ -723,11 +755,6 @@ func (b *batcher) exec(x *execScratch, batch []*call) {
 			}
 		}
 	}
-	for i, c := range batch {
-		if others[i] != nil && c.claim(callAnswered) {
-			c.err = others[i].Err()
-		}
-	}
 	// The watchdog lets go of the batch before any caller may reuse its call.
 	b.mu.Lock()
 	x.batch = nil
@@ -737,11 +764,6 @@ func (b *batcher) exec(x *execScratch, batch []*call) {
 			if c.state.Load() == callAnswered {
 				c.done <- struct{}{} // the last touch of c
 			}
-		}
-	}
-	for i, c := range batch {
-		if others[i] != nil && c.state.Load() == callAnswered {
-			c.done <- struct{}{}
 		}
 	}
 }
@@ -782,8 +804,9 @@ func (g *scriptGroup) build(ctx context.Context, ruleArgs []interface{}) {
 // left.
 func (g *scriptGroup) keepWaiting() bool {
 	kept := g.calls[:0]
+	now := time.Now()
 	for _, c := range g.calls {
-		if c.state.Load() == callWaiting {
+		if c.stillWaits(now) {
 			kept = append(kept, c)
 		}
 	}
