@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -847,5 +848,317 @@ func TestDelAnsweredBeforeTheScripts(t *testing.T) {
 	}
 	if err := <-resetDone; err != nil {
 		t.Errorf("Reset whose DEL ran and was answered: %v", err)
+	}
+}
+
+// A denial that Redis decided before a Reset's DEL ran (here a request
+// sent on the other flusher while the DEL's pipeline was on its way) is not
+// left in the deny cache once Reset returns: the limiter would answer it
+// for up to RetryAfter, although Redis, reset, admits.
+func TestDenyCacheNotRefilledDuringReset(t *testing.T) {
+	prefix := fmt.Sprintf("deny-during-reset-%d", time.Now().UnixNano())
+	ctx := context.Background()
+	c := redistest.Client(t)
+	delHeld, delRelease := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	c.AddHook(&pipeHook{before: func(args string) {
+		if strings.HasPrefix(args, "[del ") {
+			once.Do(func() {
+				close(delHeld)
+				<-delRelease
+			})
+		}
+	}})
+	lim := newOn(t, c, FixedWindow, PerHour(1), WithPrefix(prefix), WithDenyCache(100), WithHealthCheck(0, 0))
+	if r, err := lim.Allow(ctx, "k"); err != nil || !r.Allowed {
+		t.Fatal(r, err)
+	}
+	resetDone := make(chan error, 1)
+	go func() { resetDone <- lim.Reset(ctx, "k") }()
+	<-delHeld
+	// Sent after Reset cleared the cache, decided before the DEL runs.
+	r, err := lim.Allow(ctx, "k")
+	if err != nil || r.Allowed {
+		close(delRelease)
+		t.Fatalf("before the DEL ran: %+v %v; want a denial", r, err)
+	}
+	close(delRelease)
+	if err := <-resetDone; err != nil {
+		t.Fatal(err)
+	}
+	if n := c.Exists(ctx, lim.keys("k")[0]).Val(); n != 0 {
+		t.Fatal("the key survived Reset")
+	}
+	r, err = lim.Allow(ctx, "k")
+	if err != nil || !r.Allowed {
+		t.Errorf("after Reset returned, Redis holding nothing for the key: %+v %v; the deny cache answered a denial made before the DEL", r, err)
+	}
+}
+
+// ringOfTwo returns a Ring of two shards, "near" and "far", on the shared
+// server; the one named proxied goes through a droppingProxy. Every
+// pipeline on the far shard passes through farHook; its connections are
+// made by farDial, when set.
+func ringOfTwo(t *testing.T, proxied string, farHook redis.Hook,
+	farDial func(ctx context.Context, network, addr string) (net.Conn, error)) (*redis.Ring, *droppingProxy) {
+	t.Helper()
+	direct := redistest.Options(t).Addr
+	p := startDroppingProxy(t, direct)
+	addrs := map[string]string{"near": direct, "far": direct + "?far"}
+	addrs[proxied] = p.addr
+	farAddr := addrs["far"]
+	ring := redis.NewRing(&redis.RingOptions{
+		Addrs: addrs,
+		NewClient: func(opt *redis.Options) *redis.Client {
+			far := opt.Addr == farAddr
+			if far && proxied != "far" {
+				opt.Addr = direct
+				if farDial != nil {
+					opt.Dialer = farDial
+				}
+			}
+			c := redis.NewClient(opt)
+			if far {
+				c.AddHook(farHook)
+			}
+			return c
+		},
+	})
+	t.Cleanup(func() { ring.Close() })
+	ctx := context.Background()
+	if err := ring.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error {
+		return c.ScriptLoad(ctx, scriptSrc).Err()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return ring, p
+}
+
+// farHook records the pipelines sent to the far shard, and calls hold,
+// when set, before each.
+type farHook struct {
+	mu   sync.Mutex
+	seen []string
+	hold func(args string)
+}
+
+func (h *farHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *farHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *farHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		var sb strings.Builder
+		for _, c := range cmds {
+			fmt.Fprint(&sb, c.Args(), " ")
+		}
+		args := sb.String()
+		h.mu.Lock()
+		h.seen = append(h.seen, args)
+		hold := h.hold
+		h.mu.Unlock()
+		if hold != nil {
+			hold(args)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// onFar reports whether a Peek of key goes to the far shard.
+func (h *farHook) onFar(t *testing.T, lim *Limiter, key string) bool {
+	t.Helper()
+	h.mu.Lock()
+	h.seen = h.seen[:0]
+	h.mu.Unlock()
+	if _, err := lim.Peek(context.Background(), key); err != nil {
+		t.Fatal(err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, a := range h.seen {
+		if strings.Contains(a, "{"+key+"}") {
+			return true
+		}
+	}
+	return false
+}
+
+// shardKeys returns keys of lim on the near shard and on the far one.
+func shardKeys(t *testing.T, lim *Limiter, h *farHook, nearN, farN int) (near, far []string) {
+	t.Helper()
+	for i := 0; i < 500 && (len(near) < nearN || len(far) < farN); i++ {
+		k := fmt.Sprintf("k%d", i)
+		if h.onFar(t, lim, k) {
+			if len(far) < farN {
+				far = append(far, k)
+			}
+		} else if len(near) < nearN {
+			near = append(near, k)
+		}
+	}
+	if len(near) < nearN || len(far) < farN {
+		t.Fatal("not enough keys found on each shard")
+	}
+	return near, far
+}
+
+// queueTogether starts one Allow per key once no flusher may start, waits
+// until all are queued, then lets a flusher send them in one batch. Each
+// caller's error comes on the returned channel, keyed.
+func queueTogether(t *testing.T, lim *Limiter, before func(), keys ...string) map[string]chan error {
+	t.Helper()
+	b := lim.batch
+	b.mu.Lock()
+	b.flushers = 0
+	b.mu.Unlock()
+	waitBatcherIdle(t, b) // no flusher left from before to take them
+	out := map[string]chan error{}
+	for _, k := range keys {
+		ch := make(chan error, 1)
+		out[k] = ch
+		go func() {
+			_, err := lim.Allow(context.Background(), k)
+			ch <- err
+		}()
+	}
+	waitFor(t, "every decision queued", func() bool {
+		_, pending, _, _ := batcherState(b)
+		return pending == len(keys)
+	})
+	if before != nil {
+		before()
+	}
+	b.mu.Lock()
+	b.flushers = 2
+	b.mu.Unlock()
+	b.expire() // starts a flusher on what is pending
+	return out
+}
+
+// In a batch of several script calls (a Ring, a cluster), an answer in
+// hand does not wait for the resends of the others: here the far shard
+// refuses its call (LOADING) and its resend is slow, while the near
+// decision, counted, is answered at once.
+func TestAnswerNotHeldByAnotherGroupsResend(t *testing.T) {
+	h := &farHook{}
+	ring, p := ringOfTwo(t, "far", h, nil)
+	lim := newOn(t, ring, FixedWindow, PerHour(10), WithTimeout(300*time.Millisecond), WithHealthCheck(1<<30, 0),
+		WithPrefix(fmt.Sprintf("held-answer-%d", time.Now().UnixNano())))
+	if lim.batch.grouping != groupNone {
+		t.Fatal("a Ring is not grouped call by call")
+	}
+	nears, fars := shardKeys(t, lim, h, 1, 1)
+	near, far := nears[0], fars[0]
+
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	defer releaseOnce.Do(func() { close(release) })
+	farSends := 0
+	h.mu.Lock()
+	h.hold = func(args string) {
+		if !strings.Contains(args, "{"+far+"}") {
+			return
+		}
+		h.mu.Lock()
+		farSends++
+		hold := farSends == 2 // the resend, after a refusal
+		h.mu.Unlock()
+		if hold {
+			select {
+			case <-release:
+			case <-time.After(10 * time.Second):
+			}
+		}
+	}
+	h.mu.Unlock()
+	done := queueTogether(t, lim, func() {
+		p.mu.Lock()
+		p.refuse = 1 // the far shard's first script call is refused: it never ran
+		p.mu.Unlock()
+	}, near, far)
+	nearErr := <-done[near]
+	releaseOnce.Do(func() { close(release) })
+	<-done[far]
+	waitBatcherIdle(t, lim.batch)
+	v, _ := redistest.Client(t).Get(context.Background(), lim.keys(near)[0]).Result()
+	if nearErr != nil && strings.HasSuffix(v, ":1") {
+		t.Errorf("the near decision ran and counted (Redis holds %q), its answer back at once, yet its caller was told %q after waiting for the far shard's resend (%d failure(s) counted against Redis's health)",
+			v, nearErr, lim.health.failures.Load())
+	}
+}
+
+// halfWriter is a dialer whose connections, once armed, fail the first
+// write holding two script calls after writing the first one whole: a
+// connection reset in the middle of a pipeline.
+type halfWriter struct {
+	armed atomic.Bool
+	done  atomic.Bool
+}
+
+type halfConn struct {
+	net.Conn
+	w *halfWriter
+}
+
+func (w *halfWriter) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &halfConn{Conn: c, w: w}, nil
+}
+
+func (c *halfConn) Write(b []byte) (int, error) {
+	marker := []byte("$7\r\nevalsha\r\n")
+	first := bytes.Index(bytes.ToLower(b), marker)
+	if first < 0 || !c.w.armed.Load() {
+		return c.Conn.Write(b)
+	}
+	second := bytes.Index(bytes.ToLower(b[first+len(marker):]), marker)
+	if second < 0 || !c.w.done.CompareAndSwap(false, true) {
+		return c.Conn.Write(b)
+	}
+	cut := bytes.LastIndex(b[:first+len(marker)+second], []byte("\r\n*")) + 2
+	n, err := c.Conn.Write(b[:cut])
+	if err == nil {
+		err = &net.OpError{Op: "write", Net: "tcp", Addr: c.RemoteAddr(), Err: syscall.ECONNRESET}
+	}
+	c.Conn.Close()
+	return n, err
+}
+
+// A write that fails after another script call of its pipeline went out
+// whole is not resendable, in any round of resend: that call may have run.
+// Whether a call went alone is judged of its own last send, so a group
+// resent alone (here the near shard's, refused with LOADING) does not make
+// the far shard's old write error look like that of a call sent alone.
+func TestStaleWriteErrorNotResent(t *testing.T) {
+	h := &farHook{}
+	w := &halfWriter{}
+	ring, p := ringOfTwo(t, "near", h, w.dial)
+	lim := newOn(t, ring, FixedWindow, PerHour(10), WithTimeout(10*time.Second), WithHealthCheck(0, 0),
+		WithPrefix(fmt.Sprintf("stale-write-%d", time.Now().UnixNano())))
+	nears, fars := shardKeys(t, lim, h, 1, 2)
+	keys := append(nears, fars...)
+	done := queueTogether(t, lim, func() {
+		p.mu.Lock()
+		p.refuse = 1 // the near shard's script call is refused: it never ran
+		p.mu.Unlock()
+		w.armed.Store(true)
+	}, keys...)
+	errs := map[string]error{}
+	for _, k := range keys {
+		errs[k] = <-done[k]
+	}
+	waitBatcherIdle(t, lim.batch)
+	if !w.done.Load() {
+		t.Fatal("the far pipeline's write was never cut")
+	}
+	admin := redistest.Client(t)
+	for _, k := range fars {
+		v, _ := admin.Get(context.Background(), lim.keys(k)[0]).Result()
+		if strings.HasSuffix(v, ":2") {
+			t.Errorf("one Allow of %s (answered %v), whose pipeline's write failed after it went out whole: Redis holds %q, counted twice",
+				k, errs[k], v)
+		}
 	}
 }

@@ -206,6 +206,11 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	c := getCall(callDel)
 	c.keys = l.appendKeys(c.keys, storedKey(key))
 	_, err := l.batch.do(ctx, l.opts.timeout, c)
+	if l.denied != nil {
+		// Again: a denial decided before the DEL ran (a decision sent
+		// while it was queued) must not outlive the Reset in the cache.
+		l.denied.forget(key)
+	}
 	if err != nil {
 		return err
 	}

@@ -77,7 +77,7 @@ func (x *execScratch) group() *scriptGroup {
 	}
 	g := x.groups[x.used]
 	x.used++
-	g.calls, g.args, g.cmd, g.source = g.calls[:0], g.args[:0], nil, false
+	g.calls, g.args, g.cmd, g.source, g.answered = g.calls[:0], g.args[:0], nil, false, false
 	return g
 }
 
@@ -340,7 +340,9 @@ func (b *batcher) expire() {
 	b.pending = kept
 	for _, x := range b.scratches {
 		for _, c := range x.batch {
-			waiting(c)
+			if c != nil { // nil: answered already (see answer)
+				waiting(c)
+			}
 		}
 	}
 	if len(expired) > 0 {
@@ -475,7 +477,7 @@ func (b *batcher) endIdleSends() {
 		}
 		idle := true
 		for _, c := range x.batch {
-			if c.state.Load() == callWaiting {
+			if c != nil && c.state.Load() == callWaiting {
 				idle = false
 				break
 			}
@@ -731,15 +733,36 @@ func (b *batcher) exec(x *execScratch, batch []*call) {
 	}
 	groups := x.groups[:x.used]
 	for _, g := range groups {
+		g.alone = len(groups) == 1
 		g.build(ctx, b.ruleArgs)
 		_ = pipe.Process(ctx, scriptCmd{g.cmd})
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command below; an empty pipeline sends nothing
+	// The groups already settled are answered before any resend: one
+	// group's refusal (its pauses, its round trips) must not hold answers
+	// that are in hand, on a healthy node, past their callers' deadlines.
+	b.answer(x, groups, true)
 	b.resend(ctx, groups)
-	// Claim each call and write its answer; one the watchdog or its caller
-	// claimed first is nobody's to answer any more (its reply is skipped).
+	b.answer(x, groups, false)
+}
+
+// answer claims the calls of groups and writes their answers, then
+// signals them: with settled, only groups that resend would not send again;
+// otherwise every group left. A call the watchdog or its caller claimed
+// first is nobody's to answer any more (its reply is skipped).
+func (b *batcher) answer(x *execScratch, groups []*scriptGroup, settled bool) {
 	width := 1 + 5*b.rules // integers per answer
+	n := 0
 	for _, g := range groups {
+		g.now = false
+		if g.answered {
+			continue
+		}
+		if err := g.cmd.Err(); settled && (isNoScript(err) || resendable(err, g.alone)) {
+			continue
+		}
+		g.answered, g.now = true, true
+		n++
 		reply, err := g.cmd.Slice()
 		for _, c := range g.calls {
 			mine := c.claim(callAnswered)
@@ -755,11 +778,27 @@ func (b *batcher) exec(x *execScratch, batch []*call) {
 			}
 		}
 	}
-	// The watchdog lets go of the batch before any caller may reuse its call.
+	if n == 0 && settled {
+		return
+	}
+	// The watchdog lets go of answered calls before their callers may
+	// reuse them: of the whole batch at the end, of each answered script
+	// call before.
 	b.mu.Lock()
-	x.batch = nil
+	if settled {
+		for i, c := range x.batch {
+			if c != nil && c.kind == callScript && c.state.Load() == callAnswered {
+				x.batch[i] = nil
+			}
+		}
+	} else {
+		x.batch = nil
+	}
 	b.mu.Unlock()
 	for _, g := range groups {
+		if !g.now {
+			continue
+		}
 		for _, c := range g.calls {
 			if c.state.Load() == callAnswered {
 				c.done <- struct{}{} // the last touch of c
@@ -775,6 +814,10 @@ type scriptGroup struct {
 	cmd    *redis.Cmd
 	source bool // Redis lost the script: send EVAL with the source
 	again  bool // to be sent again (resend)
+	alone  bool // it went alone in the pipeline of its last send
+
+	answered bool // its calls have been answered (answer)
+	now      bool // in the current answer pass
 }
 
 // build makes the group's script call of its calls: EVALSHA, or EVAL with
@@ -822,7 +865,6 @@ func (g *scriptGroup) keepWaiting() bool {
 // times, and only the decisions whose callers still wait go again: one
 // whose caller was told it failed is never counted after that.
 func (b *batcher) resend(ctx context.Context, groups []*scriptGroup) {
-	together := len(groups) // script calls in the pipeline last sent
 	for sends := 1; sends < maxSends; sends++ {
 		again, wait := 0, false
 		for _, g := range groups {
@@ -831,7 +873,7 @@ func (b *batcher) resend(ctx context.Context, groups []*scriptGroup) {
 			switch err := g.cmd.Err(); {
 			case isNoScript(err):
 				g.source = true
-			case resendable(err, together == 1):
+			case resendable(err, g.alone):
 				refused = true
 			default:
 				continue
@@ -847,14 +889,18 @@ func (b *batcher) resend(ctx context.Context, groups []*scriptGroup) {
 		if again == 0 || wait && !pause(ctx, sends) {
 			return
 		}
-		pipe := b.client.Pipeline()
+		var sent []*scriptGroup
 		for _, g := range groups {
 			if g.again && g.keepWaiting() {
-				g.build(ctx, b.ruleArgs)
-				_ = pipe.Process(ctx, scriptCmd{g.cmd})
+				sent = append(sent, g)
 			}
 		}
-		together = again
+		pipe := b.client.Pipeline()
+		for _, g := range sent {
+			g.alone = len(sent) == 1
+			g.build(ctx, b.ruleArgs)
+			_ = pipe.Process(ctx, scriptCmd{g.cmd})
+		}
 		_, _ = pipe.Exec(ctx)
 	}
 }
