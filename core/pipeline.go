@@ -308,21 +308,14 @@ func (b *batcher) arm(deadline time.Time) {
 // A caller whose context can end also watches it.
 func (b *batcher) expire() {
 	now := time.Now()
-	var expired []*call
 	var next time.Time
-	// waiting reports whether c still waits, ending its wait if its
-	// deadline has passed.
+	// waiting reports whether c still waits (stillWaits ends the wait of a
+	// call past its deadline), keeping the earliest deadline ahead.
 	waiting := func(c *call) bool {
-		switch {
-		case c.state.Load() != callWaiting:
+		if !c.stillWaits(now) {
 			return false
-		case c.deadline.IsZero():
-		case !now.Before(c.deadline):
-			if c.claim(callExpired) {
-				expired = append(expired, c)
-			}
-			return false
-		case next.IsZero() || c.deadline.Before(next):
+		}
+		if !c.deadline.IsZero() && (next.IsZero() || c.deadline.Before(next)) {
 			next = c.deadline
 		}
 		return true
@@ -345,9 +338,7 @@ func (b *batcher) expire() {
 			}
 		}
 	}
-	if len(expired) > 0 {
-		b.endIdleSends()
-	}
+	b.endIdleSends()
 	b.watching = false
 	start := len(b.pending) > 0 && b.canStart(now)
 	if start {
@@ -366,9 +357,6 @@ func (b *batcher) expire() {
 	b.mu.Unlock()
 	if start {
 		go b.flush() // what waits behind a stalled batch
-	}
-	for _, c := range expired {
-		c.done <- struct{}{}
 	}
 }
 
