@@ -28,6 +28,15 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// allowAsync starts lim.Allow(ctx, key) on a goroutine of its own; its
+// error goes to errs.
+func allowAsync(lim *Limiter, ctx context.Context, key string, errs chan<- error) {
+	go func() {
+		_, err := lim.Allow(ctx, key)
+		errs <- err
+	}()
+}
+
 // batcherState reads b's counters under b.mu.
 func batcherState(b *batcher) (active, pending, inflight int, watching bool) {
 	b.mu.Lock()
@@ -197,12 +206,7 @@ func TestHungPipelineDoesNotHoldBackOthers(t *testing.T) {
 		t.Fatal(err)
 	}
 	results := make(chan error, 4)
-	allow := func(key string) {
-		go func() {
-			_, err := lim.Allow(bg, key)
-			results <- err
-		}()
-	}
+	allow := func(key string) { allowAsync(lim, bg, key, results) }
 	// Two flushers, each with one decision answered and held by the gate.
 	allow("q1")
 	waitFor(t, "the first pipeline", func() bool { return gate.count() == 1 })
@@ -608,12 +612,7 @@ func TestDecisionNotSentAfterItsCallerLeftBehindDel(t *testing.T) {
 		t.Fatal(err)
 	}
 	errs := make(chan error, 8)
-	allow := func(ctx context.Context, key string) {
-		go func() {
-			_, err := lim.Allow(ctx, key)
-			errs <- err
-		}()
-	}
+	allow := func(ctx context.Context, key string) { allowAsync(lim, ctx, key, errs) }
 	// Both flushers busy, each with a decision held by the gate.
 	allow(bg, "x1")
 	waitFor(t, "the first pipeline", func() bool { return gate.count() == 1 })
@@ -814,12 +813,7 @@ func TestDelAnsweredBeforeTheScripts(t *testing.T) {
 	relX1, relX2, relLong := hold("{x1}"), hold("{x2}"), hold("{long}")
 	defer close(relLong)
 	errs := make(chan error, 4)
-	allow := func(key string) {
-		go func() {
-			_, err := lim.Allow(bg, key)
-			errs <- err
-		}()
-	}
+	allow := func(key string) { allowAsync(lim, bg, key, errs) }
 	// Both flushers busy, each held after its reply.
 	allow("x1")
 	<-held
@@ -1014,10 +1008,7 @@ func queueTogether(t *testing.T, lim *Limiter, before func(), keys ...string) ma
 	for _, k := range keys {
 		ch := make(chan error, 1)
 		out[k] = ch
-		go func() {
-			_, err := lim.Allow(context.Background(), k)
-			ch <- err
-		}()
+		allowAsync(lim, context.Background(), k, ch)
 	}
 	waitFor(t, "every decision queued", func() bool {
 		_, pending, _, _ := batcherState(b)
