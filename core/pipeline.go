@@ -766,14 +766,18 @@ func (b *batcher) answer(x *execScratch, groups []*scriptGroup, settled bool) {
 			}
 		}
 	}
-	if n == 0 && settled {
+	left := false // a group still to answer after resend
+	for _, g := range groups {
+		left = left || !g.answered
+	}
+	if n == 0 && (settled || x.batch == nil) {
 		return
 	}
 	// The watchdog lets go of answered calls before their callers may
-	// reuse them: of the whole batch at the end, of each answered script
-	// call before.
+	// reuse them: of the whole batch once every group is answered (most
+	// often in the first pass), of each answered script call before.
 	b.mu.Lock()
-	if settled {
+	if left {
 		for i, c := range x.batch {
 			if c != nil && c.kind == callScript && c.state.Load() == callAnswered {
 				x.batch[i] = nil
