@@ -192,7 +192,9 @@ func (l *Limiter) Peek(ctx context.Context, key string) (Result, error) {
 	return l.decide(ctx, key, false, 1)
 }
 
-// Reset forgets key under every rule, as if it had never been seen.
+// Reset forgets key under every rule, as if it had never been seen. When it
+// returns an error because its context ended or its timeout passed, the key
+// may or may not be forgotten: a DEL already sent still runs in Redis.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if l.denied != nil {
 		l.denied.forget(key)
