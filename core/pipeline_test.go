@@ -86,6 +86,59 @@ func TestBatchedErrorsArePerCall(t *testing.T) {
 	}
 }
 
+// In one script call of a policy, a request that fails after its first
+// rule was decided (the second rule's key has the wrong type) answers with
+// its error alone: the answers around it keep their places, and nothing of
+// its partial answer is left in the reply, wherever it stands in the call.
+func TestPolicyErrorMidRequestLeavesNoPartialAnswer(t *testing.T) {
+	c := redistest.Client(t)
+	ctx := context.Background()
+	lim, err := NewPolicy(c, []Rule{
+		{Name: "burst", Algorithm: GCRA, Limit: PerSecond(10)},
+		{Name: "daily", Algorithm: FixedWindow, Limit: PerDay(1000)},
+	}, WithPrefix(fmt.Sprintf("partial-%d", time.Now().UnixNano())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.HSet(ctx, lim.keys("poisoned")[1], "f", "v").Err(); err != nil {
+		t.Fatal(err)
+	}
+	width := 1 + 5*len(lim.rules)
+	for _, order := range [][]string{
+		{"a", "poisoned", "b"},
+		{"c", "poisoned"},
+		{"poisoned"},
+		{"poisoned", "poisoned", "d"},
+	} {
+		var keys []string
+		args := append([]interface{}{}, lim.batch.ruleArgs...)
+		for _, k := range order {
+			keys = append(keys, lim.keys(k)...)
+			args = appendArgs(args, true, 1)
+		}
+		reply, err := policyScript.Run(ctx, c, keys, args...).Slice()
+		if err != nil {
+			t.Fatalf("%v: %v", order, err)
+		}
+		for _, k := range order {
+			var res []int64
+			res, reply, err = parseReply(reply, width, nil)
+			if k == "poisoned" {
+				if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+					t.Errorf("%v: the poisoned request answered %v, %v", order, res, err)
+				}
+				continue
+			}
+			if err != nil || res[0] != 1 || res[1] != 1 || res[6] != 1 {
+				t.Errorf("%v: %s answered %v, %v; want admitted by both rules", order, k, res, err)
+			}
+		}
+		if len(reply) != 0 {
+			t.Errorf("%v: %d values left after the last answer: %v", order, len(reply), reply)
+		}
+	}
+}
+
 // A caller that gave up before its batch was sent is not sent at all.
 func TestAbandonedCallsAreNotSent(t *testing.T) {
 	c := redistest.Client(t)

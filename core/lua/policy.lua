@@ -81,8 +81,10 @@ local function decide1(d, consume, n)
   put(1, 1, after, 0, reset_after * tick, delay * tick)
 end
 
+-- decide writes request d's answer straight into replies, after top, and
+-- moves top past it only once all its work is done.
 local function decide(d, consume, n)
-  local out = { 1 }
+  local out = top
   local all = true
   for i = 1, R do
     local r = rules[i]
@@ -92,23 +94,23 @@ local function decide(d, consume, n)
     if after == nil then
       after = avail - n
     end
-    local k = 2 + (i - 1) * 5
+    local k = out + 2 + (i - 1) * 5
     if ok then
-      out[k] = 1
+      replies[k] = 1
     else
-      out[k] = 0
+      replies[k] = 0
       all = false
     end
-    out[k + 1] = avail
-    out[k + 2] = retry * tick
-    out[k + 3] = reset_before * tick
-    out[k + 4] = delay * tick
+    replies[k + 1] = avail
+    replies[k + 2] = retry * tick
+    replies[k + 3] = reset_before * tick
+    replies[k + 4] = delay * tick
     pending_write[i], pending_after[i], pending_reset[i] = write, after, reset_after
   end
   if all then
     if consume then
       for i = 1, R do
-        local k = 2 + (i - 1) * 5
+        local k = out + 2 + (i - 1) * 5
         local tick = rules[i][2]
         local write = pending_write[i]
         if type(write) == 'string' then
@@ -117,20 +119,18 @@ local function decide(d, consume, n)
         else
           write()
         end
-        out[k + 1] = pending_after[i]
-        out[k + 3] = pending_reset[i] * tick
+        replies[k + 1] = pending_after[i]
+        replies[k + 3] = pending_reset[i] * tick
       end
     end
+    replies[out + 1] = 1
   else
-    out[1] = 0
+    replies[out + 1] = 0
     for i = 1, R do
-      out[2 + (i - 1) * 5 + 4] = 0 -- nothing admitted, nothing to wait for
+      replies[out + 2 + (i - 1) * 5 + 4] = 0 -- nothing admitted, nothing to wait for
     end
   end
-  for k = 1, #out do
-    replies[top + k] = out[k]
-  end
-  top = top + #out
+  top = out + 1 + 5 * R
 end
 
 local decide_request = decide
@@ -154,10 +154,14 @@ end
 while d <= count do
   local ok, err = pcall(run)
   if not ok then
-    -- a request appends its answer only once all its work is done, so the
-    -- failed one left nothing: its error takes its place
+    -- a request moves top past its answer only once all its work is done,
+    -- so the failed one's partial answer lies beyond top: its error takes
+    -- its place, and the rest is cleared (the reply ends at the first nil)
     if type(err) == 'table' then
       err = err.err
+    end
+    for k = top + 2, top + 1 + 5 * R do
+      replies[k] = nil
     end
     top = top + 1
     replies[top] = '!' .. tostring(err)
