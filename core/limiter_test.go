@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -285,6 +286,57 @@ func TestLimitersDoNotCollide(t *testing.T) {
 	// A different prefix does not.
 	if r, _ := newOn(t, client, TokenBucket, PerMinute(3), WithPrefix("svc2")).Allow(ctx, "203.0.113.7"); !r.Allowed {
 		t.Errorf("another prefix shared state: %+v", r)
+	}
+}
+
+// The window algorithms set a key's TTL with the first write of a window
+// and keep it on the others (SET ... KEEPTTL): after every write, the key
+// must expire exactly when its window says, never with an earlier window's
+// end (that would forget the count) and never later. Alone and in a policy,
+// whose requests take the multi-rule path.
+func TestWindowKeysExpireWithTheirWindow(t *testing.T) {
+	// ends returns when a key written now must expire.
+	ends := map[Algorithm]func(now time.Time, period time.Duration) time.Time{
+		FixedWindow: func(now time.Time, p time.Duration) time.Time {
+			return now.Truncate(p).Add(p)
+		},
+		SlidingWindowCounter: func(now time.Time, p time.Duration) time.Time {
+			return now.Truncate(p).Add(2 * p) // its count is weighed through the next window
+		},
+	}
+	for _, rules := range [][]Rule{
+		{{Name: "fw", Algorithm: FixedWindow, Limit: PerSecond(100)}},
+		{{Name: "swc", Algorithm: SlidingWindowCounter, Limit: PerSecond(100)}},
+		{{Name: "s", Algorithm: FixedWindow, Limit: PerSecond(100)}, {Name: "m", Algorithm: SlidingWindowCounter, Limit: Limit{Rate: 1000, Period: 3 * s}}},
+	} {
+		clk, client := newClock(t)
+		lim, err := NewPolicy(client, rules)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys := lim.keys("k")
+		allow := func(step string) {
+			t.Helper()
+			if r, err := lim.Allow(context.Background(), "k"); err != nil || !r.Allowed {
+				t.Fatalf("%v %s: %+v %v", rules, step, r, err)
+			}
+			for i, rule := range rules {
+				want := ends[rule.Algorithm](clk.now, rule.Limit.Period).Sub(clk.now)
+				if ttl := clk.m.TTL(keys[i]); ttl < want || ttl >= want+ms {
+					t.Fatalf("%v %s: %s key's TTL %s, want %s (to the end of its window)", rules, step, rule.Algorithm, ttl, want)
+				}
+			}
+		}
+		for step := 0; step < 40; step++ {
+			allow(fmt.Sprintf("step %d", step))
+			clk.advance(130 * ms) // windows change every few steps, mid-step
+		}
+		// A TTL is whole milliseconds, rounded up: a key written at
+		// x.000457s lives until 457µs past its window's end. A write in
+		// that moment belongs to the next window, and must not keep it.
+		allow("before the window's end")
+		clk.advance(ends[FixedWindow](clk.now, rules[0].Limit.Period).Sub(clk.now) + 100*time.Microsecond)
+		allow("100µs past the window's end")
 	}
 }
 

@@ -46,7 +46,7 @@ for i = 1, R do
 end
 
 -- per rule, the pending write of the request being decided; reused
-local pending_write, pending_after, pending_reset = {}, {}, {}
+local pending_write, pending_after, pending_reset, pending_keep = {}, {}, {}, {}
 
 -- the answers, flat; top is the index of the last one written
 local replies, top = {}, 0
@@ -62,7 +62,7 @@ end
 local function decide1(d, consume, n)
   local r = rules[1]
   local tick = r[2]
-  local ok, avail, retry, reset_before, reset_after, delay, write, after =
+  local ok, avail, retry, reset_before, reset_after, delay, write, after, keep =
     r[1](KEYS[d], r[3], r[4], r[5], r[6], n, tick, r[7])
   if not ok then
     return put(0, 0, avail, retry * tick, reset_before * tick, 0)
@@ -70,7 +70,9 @@ local function decide1(d, consume, n)
   if not consume then
     return put(1, 1, avail, 0, reset_before * tick, delay * tick)
   end
-  if type(write) == 'string' then
+  if keep then -- its expiry is already right (see keep in prelude.lua)
+    call('SET', KEYS[d], write, 'KEEPTTL')
+  elseif type(write) == 'string' then
     call('SET', KEYS[d], write, 'PX', ttl_ms(reset_after, tick))
   else
     write()
@@ -89,7 +91,7 @@ local function decide(d, consume, n)
   for i = 1, R do
     local r = rules[i]
     local tick = r[2]
-    local ok, avail, retry, reset_before, reset_after, delay, write, after =
+    local ok, avail, retry, reset_before, reset_after, delay, write, after, keep =
       r[1](KEYS[(d - 1) * R + i], r[3], r[4], r[5], r[6], n, tick, r[7])
     if after == nil then
       after = avail - n
@@ -105,7 +107,7 @@ local function decide(d, consume, n)
     replies[k + 2] = retry * tick
     replies[k + 3] = reset_before * tick
     replies[k + 4] = delay * tick
-    pending_write[i], pending_after[i], pending_reset[i] = write, after, reset_after
+    pending_write[i], pending_after[i], pending_reset[i], pending_keep[i] = write, after, reset_after, keep
   end
   if all then
     if consume then
@@ -113,7 +115,9 @@ local function decide(d, consume, n)
         local k = out + 2 + (i - 1) * 5
         local tick = rules[i][2]
         local write = pending_write[i]
-        if type(write) == 'string' then
+        if pending_keep[i] then
+          call('SET', KEYS[(d - 1) * R + i], write, 'KEEPTTL')
+        elseif type(write) == 'string' then
           -- the new value and its TTL in one command
           call('SET', KEYS[(d - 1) * R + i], write, 'PX', ttl_ms(pending_reset[i], tick))
         else

@@ -8,7 +8,7 @@
 -- Go twin (core/local.go).
 --
 -- Every algorithm is a function
---   alg(key, now, a, b, c, n, tick, d) -> ok, avail, retry, reset_before, reset_after, delay, write[, after]
+--   alg(key, now, a, b, c, n, tick, d) -> ok, avail, retry, reset_before, reset_after, delay, write[, after[, keep]]
 -- with now in ticks, a/b/c/d the rule's parameters (see each file), n the
 -- cost, tick the microseconds per tick (for sliding_window_log's TTL):
 --   ok            true when n events are admissible now
@@ -19,11 +19,16 @@
 --   delay         ticks the admitted events wait before proceeding (LeakyBucket)
 --   write         when ok: the key's new value, a string that policy.lua
 --                 stores with SET ... PX reset_after (one command: the value
---                 and its TTL together); or a function that writes, for
---                 sliding_window_log. Only called or stored when every rule
---                 of the policy admits.
+--                 and its TTL together), or with SET ... KEEPTTL when keep;
+--                 or a function that writes, for sliding_window_log. Only
+--                 called or stored when every rule of the policy admits.
 --   after         optional: unit events admissible once n are consumed
 --                 (default avail - n)
+--   keep          optional: true when the key already expires when its new
+--                 value will need it to (the end of the window it was
+--                 written in, for the window algorithms): policy.lua then
+--                 stores write with SET ... KEEPTTL, sparing Redis a rewrite
+--                 of the key's expiry
 -- No algorithm writes anything before write is called.
 
 -- Globals are table lookups on every use; locals are not.

@@ -14,6 +14,7 @@
 local function sliding_window_counter(key, now, rate, period, _, n)
   local w = idiv(now, period)
   local p, c = 0, 0
+  local keep = false -- written in this window: its TTL already ends with the next one
   local v = call('GET', key)
   if v then
     local sw, sp, sc = match(v, '^(%d+):(%d+):(%d+)$')
@@ -22,6 +23,7 @@ local function sliding_window_counter(key, now, rate, period, _, n)
       w = sw
       p = tonumber(sp)
       c = tonumber(sc)
+      keep = true
     elseif sw and sw == w - 1 then
       p = tonumber(sc)
     end
@@ -58,5 +60,5 @@ local function sliding_window_counter(key, now, rate, period, _, n)
     end
     return false, avail, retry, reset_before, 0, 0, nil
   end
-  return true, avail, 0, reset_before, 2 * period - e, 0, format('%d:%d:%d', w, p, c + n)
+  return true, avail, 0, reset_before, 2 * period - e, 0, format('%d:%d:%d', w, p, c + n), nil, keep
 end
