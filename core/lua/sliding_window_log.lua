@@ -11,9 +11,11 @@ local function sliding_window_log(key, now, rate, period, _, n, tick)
   local from = int(now - period) -- events scored <= from have left the window
   local c = call('ZCOUNT', key, '(' .. from, '+inf')
   local reset_before = 0
+  local latest = -1 -- the newest member's time, when the window holds one
   if c > 0 then
     local newest = call('ZRANGE', key, -1, -1, 'WITHSCORES')
-    reset_before = tonumber(newest[2]) + period - now
+    latest = tonumber(newest[2])
+    reset_before = latest + period - now
   end
   if c + n > rate then
     -- the (c+n-rate)-th oldest event in the window must leave first
@@ -29,9 +31,15 @@ local function sliding_window_log(key, now, rate, period, _, n, tick)
     -- Members of one time are told apart by index, counted from the members
     -- that time already has (none of them is ever removed while it is now,
     -- even if the clock stepped back to it), so "<time>:<base+i>" is new.
+    -- Unless the newest member is of now or later (several requests in one
+    -- microsecond, or the clock stepped back), no member is of now: no
+    -- need to count them.
     -- ZADD in chunks keeps unpack below Lua's stack limit for large costs.
     local t = int(now)
-    local base = call('ZCOUNT', key, t, t)
+    local base = 0
+    if latest >= now then
+      base = call('ZCOUNT', key, t, t)
+    end
     local i = 0
     while i < n do
       local args = {}
