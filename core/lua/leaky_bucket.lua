@@ -14,6 +14,28 @@
 -- Returns the common shape (prelude.lua), with delay set when ok, and the
 -- remaining count after consuming as an eighth value (it is not simply
 -- avail - n when the delay bound binds).
+
+-- leaky_admissible counts the unit events admissible one after another
+-- from level l: each must fit in the meter of capacity cap and, with a
+-- bound (maxdelay >= 0), wait at most maxdelay (an event waits
+-- ceil(level/rate) ticks, so it fits while level <= maxdelay × rate).
+local function leaky_admissible(l, rate, event, cap, maxdelay)
+  local count = idiv(cap - l, event)
+  if maxdelay >= 0 then
+    local bound = maxdelay * rate
+    local by_delay = 0
+    if l <= bound then
+      by_delay = idiv(bound - l, event) + 1
+    end
+    if by_delay < count then
+      count = by_delay
+    end
+  end
+  return count
+end
+
+-- leaky_bucket decides one rule (see the top of this file). (Its helper is
+-- a function of its own, not a closure made anew for every decision.)
 local function leaky_bucket(key, now, rate, event, cap, n, _, maxdelay)
   local level = 0
   local v = call('GET', key)
@@ -34,25 +56,8 @@ local function leaky_bucket(key, now, rate, event, cap, n, _, maxdelay)
       level = level - elapsed * rate
     end
   end
-  -- unit events admissible one after another from level l: each must fit
-  -- in the meter and, with a bound, wait at most maxdelay (an event waits
-  -- ceil(level/rate) ticks, so it fits while level <= maxdelay × rate)
-  local function admissible(l)
-    local count = idiv(cap - l, event)
-    if maxdelay >= 0 then
-      local bound = maxdelay * rate
-      local by_delay = 0
-      if l <= bound then
-        by_delay = idiv(bound - l, event) + 1
-      end
-      if by_delay < count then
-        count = by_delay
-      end
-    end
-    return count
-  end
   local need = n * event
-  local avail = admissible(level)
+  local avail = leaky_admissible(level, rate, event, cap, maxdelay)
   local wait = ceildiv(level, rate) -- for the events ahead to drain
   local over_cap = level + need > cap
   local over_delay = maxdelay >= 0 and wait > maxdelay
@@ -68,5 +73,5 @@ local function leaky_bucket(key, now, rate, event, cap, n, _, maxdelay)
   end
   local after = level + need
   local reset_after = ceildiv(after, rate)
-  return true, avail, 0, wait, reset_after, wait, format('%d:%d', now, after), admissible(after)
+  return true, avail, 0, wait, reset_after, wait, format('%d:%d', now, after), leaky_admissible(after, rate, event, cap, maxdelay)
 end
