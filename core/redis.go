@@ -52,19 +52,22 @@ var costArgs = func() (a [65]interface{}) {
 	return a
 }()
 
-// appendArgs appends a request's own script arguments to dst: "1" to
-// consume (AllowN) or "0" to only look (Peek), then n.
+// peekArg is Peek's script argument, boxed once.
+var peekArg interface{} = "-1"
+
+// appendArgs appends a request's own script argument to dst: its cost n to
+// consume it (AllowN), or -n to only look (Peek).
 func appendArgs(dst []interface{}, consume bool, n int) []interface{} {
-	var cost interface{}
+	if !consume {
+		if n == 1 {
+			return append(dst, peekArg)
+		}
+		return append(dst, strconv.Itoa(-n))
+	}
 	if n < len(costArgs) {
-		cost = costArgs[n]
-	} else {
-		cost = strconv.Itoa(n)
+		return append(dst, costArgs[n])
 	}
-	if consume {
-		return append(dst, "1", cost)
-	}
-	return append(dst, "0", cost)
+	return append(dst, strconv.Itoa(n))
 }
 
 // ruleArgs returns the script arguments every request of the limiter

@@ -8,8 +8,8 @@
 --   2 sliding_window_log, 3 sliding_window_counter, 4 leaky_bucket,
 --   5 token_bucket, 6 gcra), tick (microseconds), then the algorithm's
 --   parameters a, b, c, d.
--- ARGV[2+6R ..]: two per request: "1" to consume (AllowN) or "0" to only
---   look (Peek), then n, the cost (Peek passes 1).
+-- ARGV[2+6R ..]: one per request: its cost n to consume it (AllowN), or -n
+--   to only look (Peek passes -1).
 -- Returns one flat array, the requests' answers one after another: for each
 --   request, allowed (0|1), then per rule: allowed (0|1), remaining,
 --   retry_after_us, reset_after_us, delay_us; or, when that request failed
@@ -146,12 +146,16 @@ end
 -- the wrong type), its error becomes its reply and the loop resumes after
 -- it. One pcall per script call, not one per request.
 local base = 2 + 6 * R
-local count = (#ARGV - base + 1) / 2
+local count = #ARGV - base + 1
 local d = 1
 local function run()
   while d <= count do
-    local a = base + (d - 1) * 2
-    decide_request(d, ARGV[a] == '1', tonumber(ARGV[a + 1]))
+    local n = tonumber(ARGV[base + d - 1])
+    if n > 0 then
+      decide_request(d, true, n)
+    else
+      decide_request(d, false, -n)
+    end
     d = d + 1
   end
 end
