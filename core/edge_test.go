@@ -505,3 +505,38 @@ func TestSlidingLogClockStepBack(t *testing.T) {
 		}
 	}
 }
+
+// A SlidingWindowCounter key keeps its TTL through its window (SET ...
+// KEEPTTL) only while the clock runs forward. After Redis's clock steps
+// back into an earlier window, the script writes as if at the start of the
+// stored, later window, whose TTL is two periods from now: keeping the
+// key's older, longer TTL would make it remember a count its twin (and the
+// script, before it kept TTLs) had forgotten.
+func TestSlidingCounterClockStepBackMatchesTwin(t *testing.T) {
+	clk, client := newClock(t)
+	rules := []Rule{{Name: "swc", Algorithm: SlidingWindowCounter, Limit: PerSecond(997)}}
+	lim, err := NewPolicy(client, rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	twin, _ := NewLocal(rules)
+	ctx := context.Background()
+	W := start.Truncate(time.Second).Add(time.Hour) // a window's start
+	step := func(tm time.Time, n int, what string) {
+		t.Helper()
+		// Backwards too: the key's TTL grows, as Redis's absolute expiry
+		// would once the clock is behind it.
+		clk.advance(tm.Sub(clk.now))
+		got, err := lim.AllowN(ctx, "k", n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := twin.AllowN(tm, "k", n)
+		if got.Allowed != want.Allowed || got.Remaining != want.Remaining {
+			t.Errorf("%s: script %+v\ntwin %+v", what, got.Rules[0], want.Rules[0])
+		}
+	}
+	step(W.Add(500*time.Millisecond), 800, "W+0.5s, 800 events")
+	step(W.Add(-300*time.Millisecond), 1, "the clock steps back to W-0.3s")
+	step(W.Add(1800*time.Millisecond), 1, "W+1.8s")
+}

@@ -14,16 +14,19 @@
 local function sliding_window_counter(key, now, rate, period, _, n)
   local w = idiv(now, period)
   local p, c = 0, 0
-  local keep = false -- written in this window: its TTL already ends with the next one
+  -- written in this window: its TTL already ends with the next one. Not
+  -- after the clock stepped back (sw > w): e is then 0 and the TTL two
+  -- periods from now, earlier than the one the key has.
+  local keep = false
   local v = call('GET', key)
   if v then
     local sw, sp, sc = match(v, '^(%d+):(%d+):(%d+)$')
     sw = tonumber(sw)
     if sw and sw >= w then -- (sw > w only if the clock stepped back)
+      keep = sw == w
       w = sw
       p = tonumber(sp)
       c = tonumber(sc)
-      keep = true
     elseif sw and sw == w - 1 then
       p = tonumber(sc)
     end
