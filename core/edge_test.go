@@ -469,13 +469,7 @@ func TestBreakerProbeStopsWhenClientIsClosed(t *testing.T) {
 // event is not recorded: Redis admits where its twin (and the limit) denies,
 // and every further request at that instant (a whole batch) is admitted too.
 func TestSlidingLogClockStepBack(t *testing.T) {
-	clk, client := newClock(t)
-	rules := []Rule{{Name: "log", Algorithm: SlidingWindowLog, Limit: PerSecond(3)}}
-	lim, err := NewPolicy(client, rules)
-	if err != nil {
-		t.Fatal(err)
-	}
-	twin, _ := NewLocal(rules)
+	clk, lim, twin := withTwin(t, Rule{Name: "log", Algorithm: SlidingWindowLog, Limit: PerSecond(3)})
 	ctx := context.Background()
 	T := start.Add(time.Hour)
 	at := func(tm time.Time) {
@@ -513,13 +507,7 @@ func TestSlidingLogClockStepBack(t *testing.T) {
 // key's older, longer TTL would make it remember a count its twin (and the
 // script, before it kept TTLs) had forgotten.
 func TestSlidingCounterClockStepBackMatchesTwin(t *testing.T) {
-	clk, client := newClock(t)
-	rules := []Rule{{Name: "swc", Algorithm: SlidingWindowCounter, Limit: PerSecond(997)}}
-	lim, err := NewPolicy(client, rules)
-	if err != nil {
-		t.Fatal(err)
-	}
-	twin, _ := NewLocal(rules)
+	clk, lim, twin := withTwin(t, Rule{Name: "swc", Algorithm: SlidingWindowCounter, Limit: PerSecond(997)})
 	ctx := context.Background()
 	W := start.Truncate(time.Second).Add(time.Hour) // a window's start
 	step := func(tm time.Time, n int, what string) {
@@ -539,4 +527,20 @@ func TestSlidingCounterClockStepBackMatchesTwin(t *testing.T) {
 	step(W.Add(500*time.Millisecond), 800, "W+0.5s, 800 events")
 	step(W.Add(-300*time.Millisecond), 1, "the clock steps back to W-0.3s")
 	step(W.Add(1800*time.Millisecond), 1, "W+1.8s")
+}
+
+// withTwin returns a limiter of rules on a miniredis whose clock the test
+// sets, and the in-process twin its answers must equal.
+func withTwin(t *testing.T, rules ...Rule) (*clock, *Limiter, *Local) {
+	t.Helper()
+	clk, client := newClock(t)
+	lim, err := NewPolicy(client, rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	twin, err := NewLocal(rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return clk, lim, twin
 }
