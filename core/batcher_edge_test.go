@@ -44,6 +44,15 @@ func batcherState(b *batcher) (active, pending, inflight int, watching bool) {
 	return b.active, len(b.pending), b.inflight, b.watching
 }
 
+// waitPending waits until n calls are queued in b.
+func waitPending(t *testing.T, b *batcher, n int, what string) {
+	t.Helper()
+	waitFor(t, what, func() bool {
+		_, pending, _, _ := batcherState(b)
+		return pending == n
+	})
+}
+
 func isEvalSha(cmds []redis.Cmder) bool {
 	return len(cmds) > 0 && strings.EqualFold(cmds[0].Name(), "evalsha")
 }
@@ -52,13 +61,12 @@ func isEvalSha(cmds []redis.Cmder) bool {
 // comes back with LOADING (it never ran) is held, after its reply, until
 // release is closed.
 type holdAfterRefusal struct {
+	pipelineOnly
 	taken   atomic.Bool
 	refused chan struct{}
 	release chan struct{}
 }
 
-func (h *holdAfterRefusal) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (h *holdAfterRefusal) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
 func (h *holdAfterRefusal) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		err := next(ctx, cmds)
@@ -153,14 +161,13 @@ func TestWatchdogFiresAtTheEarliestDeadline(t *testing.T) {
 // is held after its reply has been read (its connection is back in the
 // pool) until open is closed.
 type holdPipelines struct {
+	pipelineOnly
 	mu      sync.Mutex
 	holding bool
 	held    int
 	open    chan struct{}
 }
 
-func (h *holdPipelines) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (h *holdPipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
 func (h *holdPipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		err := next(ctx, cmds)
@@ -178,6 +185,14 @@ func (h *holdPipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 		}
 		return err
 	}
+}
+
+// release stops holding and lets every held pipeline go on.
+func (h *holdPipelines) release() {
+	h.mu.Lock()
+	h.holding = false
+	h.mu.Unlock()
+	close(h.open)
 }
 
 func (h *holdPipelines) count() int {
@@ -215,19 +230,13 @@ func TestHungPipelineDoesNotHoldBackOthers(t *testing.T) {
 	// Two more queue meanwhile; both flushers are busy.
 	allow("q3")
 	allow("q4")
-	waitFor(t, "two queued decisions", func() bool {
-		_, pending, _, _ := batcherState(b)
-		return pending == 2
-	})
+	waitPending(t, b, 2, "two queued decisions")
 	// The next EVALSHA's connection goes dead (no replies), then the
 	// flushers go on: one sends q3 and q4 together on it.
 	p.mu.Lock()
 	p.armed = true
 	p.mu.Unlock()
-	gate.mu.Lock()
-	gate.holding = false
-	gate.mu.Unlock()
-	close(gate.open)
+	gate.release()
 	for i := 0; i < 2; i++ {
 		if err := <-results; err != nil {
 			t.Fatalf("q1/q2: %v", err)
@@ -395,21 +404,25 @@ func decideAcrossFailover(t *testing.T, s *redistest.Sentinel, trap *trap) {
 	}
 }
 
+// pipelineArgs is the text of a pipeline's commands' arguments.
+func pipelineArgs(cmds []redis.Cmder) string {
+	var sb strings.Builder
+	for _, c := range cmds {
+		fmt.Fprint(&sb, c.Args(), " ")
+	}
+	return sb.String()
+}
+
 // pipeHook is a go-redis hook calling before and after (when set) around
 // every pipeline, with the text of its commands' arguments.
 type pipeHook struct {
+	pipelineOnly
 	before, after func(args string)
 }
 
-func (h *pipeHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (h *pipeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
 func (h *pipeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		var sb strings.Builder
-		for _, c := range cmds {
-			fmt.Fprint(&sb, c.Args(), " ")
-		}
-		args := sb.String()
+		args := pipelineArgs(cmds)
 		if h.before != nil {
 			h.before(args)
 		}
@@ -505,10 +518,7 @@ func strandTrial(t *testing.T, trial int) (hit bool) {
 	<-b1Held
 	allow(fmt.Sprintf("b2-%d", trial))
 	allow(fmt.Sprintf("b3-%d", trial))
-	waitFor(t, "b2 and b3 queued", func() bool {
-		_, pending, _, _ := batcherState(b)
-		return pending == 2
-	})
+	waitPending(t, b, 2, "b2 and b3 queued")
 	close(relB1) // the second flusher sends b2 and b3 together: they hang
 	// a's flusher returns; b1 and a are answered.
 	for i := 0; i < 2; i++ {
@@ -552,12 +562,7 @@ func TestOwnDeadlineNotCountedAgainstHealth(t *testing.T) {
 	defer c.Close()
 	gate := &holdPipelines{holding: true, open: make(chan struct{})}
 	c.AddHook(gate)
-	defer func() {
-		gate.mu.Lock()
-		gate.holding = false
-		gate.mu.Unlock()
-		close(gate.open)
-	}()
+	defer gate.release()
 	lim := newOn(t, c, GCRA, PerSecond(1000), WithTimeout(time.Minute), WithHealthCheck(1<<30, 0),
 		WithPrefix(fmt.Sprintf("ctxdl-%d", time.Now().UnixNano())))
 	bg := context.Background()
@@ -630,15 +635,9 @@ func TestDecisionNotSentAfterItsCallerLeftBehindDel(t *testing.T) {
 		shortDone <- err
 	}()
 	allow(bg, "long")
-	waitFor(t, "three calls queued", func() bool {
-		_, pending, _, _ := batcherState(b)
-		return pending == 3
-	})
+	waitPending(t, b, 3, "three calls queued")
 	// One flusher takes all three; its DEL pipeline is slow.
-	gate.mu.Lock()
-	gate.holding = false
-	gate.mu.Unlock()
-	close(gate.open)
+	gate.release()
 	<-delHeld
 	cancel()
 	err := <-shortDone
@@ -827,10 +826,7 @@ func TestDelAnsweredBeforeTheScripts(t *testing.T) {
 	resetDone := make(chan error, 1)
 	go func() { resetDone <- lim.Reset(bg, "r") }()
 	allow("long")
-	waitFor(t, "the Reset and the decision queued", func() bool {
-		_, pending, _, _ := batcherState(b)
-		return pending == 2
-	})
+	waitPending(t, b, 2, "the Reset and the decision queued")
 	close(relX1)
 	close(relX2)
 	// One flusher sends the DEL, then the decision, whose pipeline is held.
@@ -931,20 +927,15 @@ func ringOfTwo(t *testing.T, proxied string, farHook redis.Hook,
 // farHook records the pipelines sent to the far shard, and calls hold,
 // when set, before each.
 type farHook struct {
+	pipelineOnly
 	mu   sync.Mutex
 	seen []string
 	hold func(args string)
 }
 
-func (h *farHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (h *farHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
 func (h *farHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		var sb strings.Builder
-		for _, c := range cmds {
-			fmt.Fprint(&sb, c.Args(), " ")
-		}
-		args := sb.String()
+		args := pipelineArgs(cmds)
 		h.mu.Lock()
 		h.seen = append(h.seen, args)
 		hold := h.hold
@@ -1010,10 +1001,7 @@ func queueTogether(t *testing.T, lim *Limiter, before func(), keys ...string) ma
 		out[k] = ch
 		allowAsync(lim, context.Background(), k, ch)
 	}
-	waitFor(t, "every decision queued", func() bool {
-		_, pending, _, _ := batcherState(b)
-		return pending == len(keys)
-	})
+	waitPending(t, b, len(keys), "every decision queued")
 	if before != nil {
 		before()
 	}

@@ -205,14 +205,13 @@ func TestCallerDeadlineDoesNotOpenTheBreaker(t *testing.T) {
 // pipelineGate is a go-redis hook that, once armed, lets the next pipeline
 // holding an EVALSHA run in Redis and then holds its answer until opened.
 type pipelineGate struct {
+	pipelineOnly
 	armed    chan struct{} // closed: the next EVALSHA pipeline is held
 	executed chan struct{} // closed when the held pipeline has run in Redis
 	open     chan struct{} // closed: the held pipeline's answer goes on
 	taken    bool
 }
 
-func (g *pipelineGate) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (g *pipelineGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
 func (g *pipelineGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		err := next(ctx, cmds)
@@ -544,3 +543,10 @@ func withTwin(t *testing.T, rules ...Rule) (*clock, *Limiter, *Local) {
 	}
 	return clk, lim, twin
 }
+
+// pipelineOnly is embedded by the tests' go-redis hooks that act on
+// pipelines only: dialling and single commands pass through.
+type pipelineOnly struct{}
+
+func (pipelineOnly) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (pipelineOnly) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
