@@ -44,6 +44,15 @@ func batcherState(b *batcher) (active, pending, inflight int, watching bool) {
 	return b.active, len(b.pending), b.inflight, b.watching
 }
 
+// loadScript loads the policy script, so that a test's first EVALSHA is
+// not answered NOSCRIPT.
+func loadScript(t *testing.T, c redis.Scripter) {
+	t.Helper()
+	if err := c.ScriptLoad(context.Background(), scriptSrc).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // waitPending waits until n calls are queued in b.
 func waitPending(t *testing.T, b *batcher, n int, what string) {
 	t.Helper()
@@ -92,9 +101,7 @@ func TestNoResendOnceEveryCallerGaveUp(t *testing.T) {
 	lim := newOn(t, c, FixedWindow, PerHour(10), WithTimeout(30*time.Second), WithHealthCheck(0, 0),
 		WithPrefix(fmt.Sprintf("gaveup-%d", time.Now().UnixNano())))
 	bg := context.Background()
-	if err := c.ScriptLoad(bg, scriptSrc).Err(); err != nil {
-		t.Fatal(err)
-	}
+	loadScript(t, c)
 	p.mu.Lock()
 	p.refuse = 1 // the first EVALSHA is answered LOADING, without reaching Redis
 	p.mu.Unlock()
@@ -102,10 +109,7 @@ func TestNoResendOnceEveryCallerGaveUp(t *testing.T) {
 	ctx, cancel := context.WithCancel(bg)
 	defer cancel()
 	done := make(chan error, 1)
-	go func() {
-		_, err := lim.Allow(ctx, "k")
-		done <- err
-	}()
+	allowAsync(lim, ctx, "k", done)
 	select {
 	case <-hook.refused:
 	case <-time.After(20 * time.Second):
@@ -217,9 +221,7 @@ func TestHungPipelineDoesNotHoldBackOthers(t *testing.T) {
 		WithPrefix(fmt.Sprintf("hung-%d", time.Now().UnixNano())))
 	b := lim.batch
 	bg := context.Background()
-	if err := c.ScriptLoad(bg, scriptSrc).Err(); err != nil {
-		t.Fatal(err)
-	}
+	loadScript(t, c)
 	results := make(chan error, 4)
 	allow := func(key string) { allowAsync(lim, bg, key, results) }
 	// Two flushers, each with one decision answered and held by the gate.
@@ -566,9 +568,7 @@ func TestOwnDeadlineNotCountedAgainstHealth(t *testing.T) {
 	lim := newOn(t, c, GCRA, PerSecond(1000), WithTimeout(time.Minute), WithHealthCheck(1<<30, 0),
 		WithPrefix(fmt.Sprintf("ctxdl-%d", time.Now().UnixNano())))
 	bg := context.Background()
-	if err := c.ScriptLoad(bg, scriptSrc).Err(); err != nil {
-		t.Fatal(err)
-	}
+	loadScript(t, c)
 	for i := 0; i < 400; i++ {
 		ctx, cancel := context.WithTimeout(bg, 2*time.Millisecond)
 		_, err := lim.Allow(ctx, fmt.Sprintf("k%d", i%8))
@@ -613,9 +613,7 @@ func TestDecisionNotSentAfterItsCallerLeftBehindDel(t *testing.T) {
 		WithPrefix(fmt.Sprintf("delfirst-%d", time.Now().UnixNano())))
 	b := lim.batch
 	bg := context.Background()
-	if err := c.ScriptLoad(bg, scriptSrc).Err(); err != nil {
-		t.Fatal(err)
-	}
+	loadScript(t, c)
 	errs := make(chan error, 8)
 	allow := func(ctx context.Context, key string) { allowAsync(lim, ctx, key, errs) }
 	// Both flushers busy, each with a decision held by the gate.
@@ -630,10 +628,7 @@ func TestDecisionNotSentAfterItsCallerLeftBehindDel(t *testing.T) {
 	short, cancel := context.WithCancel(bg)
 	defer cancel()
 	shortDone := make(chan error, 1)
-	go func() {
-		_, err := lim.Allow(short, "short")
-		shortDone <- err
-	}()
+	allowAsync(lim, short, "short", shortDone)
 	allow(bg, "long")
 	waitPending(t, b, 3, "three calls queued")
 	// One flusher takes all three; its DEL pipeline is slow.
@@ -675,17 +670,12 @@ func TestCanceledDecisionIsNotSentLate(t *testing.T) {
 	lim := newOn(t, c, FixedWindow, PerHour(5), WithTimeout(time.Minute), WithHealthCheck(0, 0),
 		WithPrefix(fmt.Sprintf("cancel-late-%d", time.Now().UnixNano())))
 	bg := context.Background()
-	if err := c.ScriptLoad(bg, scriptSrc).Err(); err != nil {
-		t.Fatal(err)
-	}
+	loadScript(t, c)
 	release := holdOnlyConnection(t, c, opt.ClientName)
 	ctx, cancel := context.WithCancel(bg)
 	defer cancel()
 	done := make(chan error, 1)
-	go func() {
-		_, err := lim.Allow(ctx, "k")
-		done <- err
-	}()
+	allowAsync(lim, ctx, "k", done)
 	// The flusher has taken the decision and waits for the connection.
 	waitFor(t, "the decision in flight", func() bool {
 		_, _, inflight, _ := batcherState(lim.batch)
@@ -806,9 +796,7 @@ func TestDelAnsweredBeforeTheScripts(t *testing.T) {
 		WithPrefix(fmt.Sprintf("delbehind-%d", time.Now().UnixNano())))
 	b := lim.batch
 	bg := context.Background()
-	if err := c.ScriptLoad(bg, scriptSrc).Err(); err != nil {
-		t.Fatal(err)
-	}
+	loadScript(t, c)
 	relX1, relX2, relLong := hold("{x1}"), hold("{x2}"), hold("{long}")
 	defer close(relLong)
 	errs := make(chan error, 4)
