@@ -58,6 +58,19 @@ local function put(a, b, c, d, e, f)
   top = top + 6
 end
 
+-- store carries out a rule's write (see prelude.lua): a new value with
+-- its TTL in one command, or with the TTL the key already has (keep), or a
+-- write function.
+local function store(key, write, keep, reset_after, tick)
+  if keep then
+    call('SET', key, write, 'KEEPTTL')
+  elseif type(write) == 'string' then
+    call('SET', key, write, 'PX', ttl_ms(reset_after, tick))
+  else
+    write()
+  end
+end
+
 -- decide1 is decide for a policy of one rule, the common case.
 local function decide1(d, consume, n)
   local r = rules[1]
@@ -70,13 +83,7 @@ local function decide1(d, consume, n)
   if not consume then
     return put(1, 1, avail, 0, reset_before * tick, delay * tick)
   end
-  if keep then -- its expiry is already right (see keep in prelude.lua)
-    call('SET', KEYS[d], write, 'KEEPTTL')
-  elseif type(write) == 'string' then
-    call('SET', KEYS[d], write, 'PX', ttl_ms(reset_after, tick))
-  else
-    write()
-  end
+  store(KEYS[d], write, keep, reset_after, tick)
   if after == nil then
     after = avail - n
   end
@@ -114,15 +121,7 @@ local function decide(d, consume, n)
       for i = 1, R do
         local k = out + 2 + (i - 1) * 5
         local tick = rules[i][2]
-        local write = pending_write[i]
-        if pending_keep[i] then
-          call('SET', KEYS[(d - 1) * R + i], write, 'KEEPTTL')
-        elseif type(write) == 'string' then
-          -- the new value and its TTL in one command
-          call('SET', KEYS[(d - 1) * R + i], write, 'PX', ttl_ms(pending_reset[i], tick))
-        else
-          write()
-        end
+        store(KEYS[(d - 1) * R + i], pending_write[i], pending_keep[i], pending_reset[i], tick)
         replies[k + 1] = pending_after[i]
         replies[k + 3] = pending_reset[i] * tick
       end
