@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -430,6 +431,51 @@ func TestScriptResentWhenItNeverRan(t *testing.T) {
 			p.mu.Unlock()
 			if _, err := lim.Allow(ctx, "k"); !redis.IsLoadingError(err) {
 				t.Errorf("after %d LOADING replies: %v; want the LOADING error", maxSends, err)
+			}
+		})
+	}
+}
+
+// A failover client closes its connections to a master the sentinels have
+// replaced, connections still in their handshake (HELLO) included. go-redis
+// then reports the handshake's failure bare, as net.ErrClosed, and the
+// script was never written: it must be sent again, not fail the call. (It
+// failed calls after a Sentinel failover was over.)
+func TestScriptResentWhenItsConnectionClosedInHandshake(t *testing.T) {
+	// limiterClosing returns a limiter whose client's first closes
+	// connections are closed before their handshake.
+	limiterClosing := func(t *testing.T, inline bool, closes int32) *Limiter {
+		var left atomic.Int32
+		left.Store(closes)
+		var d net.Dialer
+		c := redis.NewClient(&redis.Options{
+			Addr:                  redistest.Options(t).Addr,
+			ContextTimeoutEnabled: inline,
+			Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				cn, err := d.DialContext(ctx, network, addr)
+				if err == nil && left.Add(-1) >= 0 {
+					cn.Close()
+				}
+				return cn, err
+			},
+		})
+		t.Cleanup(func() { c.Close() })
+		return newOn(t, c, FixedWindow, PerHour(10), WithTimeout(10*time.Second), WithHealthCheck(0, 0),
+			WithPrefix(fmt.Sprintf("handshake-%v-%d", inline, time.Now().UnixNano())))
+	}
+	for _, inline := range []bool{false, true} {
+		t.Run(fmt.Sprintf("inline=%v", inline), func(t *testing.T) {
+			ctx := context.Background()
+			lim := limiterClosing(t, inline, maxSends-1)
+			r, err := lim.Allow(ctx, "k")
+			v, _ := redistest.Client(t).Get(ctx, lim.keys("k")[0]).Result()
+			if err != nil || r.Remaining != 9 || !strings.HasSuffix(v, ":1") {
+				t.Errorf("one Allow after %d connections closed in their handshake: %+v %v; Redis holds %q; want it decided once (Remaining 9, count 1)",
+					maxSends-1, r, err, v)
+			}
+			lim = limiterClosing(t, inline, maxSends)
+			if _, err := lim.Allow(ctx, "k"); !errors.Is(err, net.ErrClosed) {
+				t.Errorf("after %d connections closed in their handshake: %v; want net.ErrClosed", maxSends, err)
 			}
 		})
 	}

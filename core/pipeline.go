@@ -920,8 +920,9 @@ func (scriptCmd) NoRetry() bool { return true }
 // from the pool; Redis refused the command before running it (loading its
 // data, a replica, a cluster slot moving or down, too many clients); or,
 // when the call went alone, its write failed (a command written in part
-// never runs). A script that failed inside (a key of the wrong type)
-// answers per request, not with an error of the call. Nothing after the
+// never runs); or its new connection was closed during the handshake. A
+// script that failed inside (a key of the wrong type) answers per
+// request, not with an error of the call. Nothing after the
 // write is resendable: a read timeout, a connection reset, a connection
 // closed by go-redis under the call (as a failover client does to its
 // connections to a replaced master): the script may have run, and on a
@@ -941,7 +942,11 @@ func resendable(err error, alone bool) bool {
 		}
 		return false // a read, or a deadline set after the write
 	}
-	return errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrPoolExhausted) ||
+	// Bare, not in a net.OpError: go-redis's report of a new connection
+	// whose handshake failed because it was closed under it (a failover
+	// client closing its connections to a replaced master). The script
+	// was never written on it.
+	return errors.Is(err, net.ErrClosed) || errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrPoolExhausted) ||
 		redis.IsLoadingError(err) || redis.IsReadOnlyError(err) || redis.IsMasterDownError(err) ||
 		redis.IsTryAgainError(err) || redis.IsClusterDownError(err) || redis.IsMaxClientsError(err)
 }
