@@ -511,9 +511,7 @@ func strandTrial(t *testing.T, trial int) (hit bool) {
 	lim = newOn(t, c, FixedWindow, PerHour(100), WithTimeout(0), WithHealthCheck(0, 0),
 		WithPrefix(fmt.Sprintf("strand-%d", time.Now().UnixNano())))
 	b := lim.batch
-	if err := c.ScriptLoad(context.Background(), scriptSrc).Err(); err != nil {
-		t.Fatal(err)
-	}
+	loadScript(t, c)
 	allow(fmt.Sprintf("a-%d", trial))
 	<-aHeld
 	allow(fmt.Sprintf("b1-%d", trial)) // the second flusher

@@ -92,9 +92,7 @@ func TestTimedOutDecisionIsNotSentLate(t *testing.T) {
 		WithFailureMode(FailClosed), WithHealthCheck(0, 0), WithPrefix(fmt.Sprintf("late-%d", time.Now().UnixNano())))
 	// Loaded, so that a late EVALSHA would run rather than meet NOSCRIPT
 	// (whatever ran on this server before).
-	if err := c.ScriptLoad(context.Background(), scriptSrc).Err(); err != nil {
-		t.Fatal(err)
-	}
+	loadScript(t, c)
 	release := holdOnlyConnection(t, c, opt.ClientName)
 
 	r, err := lim.Allow(context.Background(), "k")
@@ -386,9 +384,7 @@ func TestDecisionIsNotExecutedTwice(t *testing.T) {
 			if err := c.Ping(ctx).Err(); err != nil { // connect, and load nothing yet
 				t.Fatal(err)
 			}
-			if err := c.ScriptLoad(ctx, scriptSrc).Err(); err != nil {
-				t.Fatal(err)
-			}
+			loadScript(t, c)
 			p.mu.Lock()
 			p.armed = true
 			p.mu.Unlock()
@@ -414,18 +410,11 @@ func TestScriptResentWhenItNeverRan(t *testing.T) {
 			lim := newOn(t, c, FixedWindow, PerHour(10), WithTimeout(10*time.Second), WithHealthCheck(0, 0),
 				WithPrefix(fmt.Sprintf("resent-%v-%d", inline, time.Now().UnixNano())))
 			ctx := context.Background()
-			if err := c.ScriptLoad(ctx, scriptSrc).Err(); err != nil {
-				t.Fatal(err)
-			}
+			loadScript(t, c)
 			p.mu.Lock()
 			p.refuse = maxSends - 1
 			p.mu.Unlock()
-			r, err := lim.Allow(ctx, "k")
-			v, _ := redistest.Client(t).Get(ctx, lim.keys("k")[0]).Result()
-			if err != nil || r.Remaining != 9 || !strings.HasSuffix(v, ":1") {
-				t.Errorf("one Allow after %d LOADING replies: %+v %v; Redis holds %q; want it decided once (Remaining 9, count 1)",
-					maxSends-1, r, err, v)
-			}
+			wantDecidedOnce(t, lim, fmt.Sprintf("one Allow after %d LOADING replies", maxSends-1))
 			p.mu.Lock()
 			p.refuse = maxSends
 			p.mu.Unlock()
@@ -467,17 +456,24 @@ func TestScriptResentWhenItsConnectionClosedInHandshake(t *testing.T) {
 		t.Run(fmt.Sprintf("inline=%v", inline), func(t *testing.T) {
 			ctx := context.Background()
 			lim := limiterClosing(t, inline, maxSends-1)
-			r, err := lim.Allow(ctx, "k")
-			v, _ := redistest.Client(t).Get(ctx, lim.keys("k")[0]).Result()
-			if err != nil || r.Remaining != 9 || !strings.HasSuffix(v, ":1") {
-				t.Errorf("one Allow after %d connections closed in their handshake: %+v %v; Redis holds %q; want it decided once (Remaining 9, count 1)",
-					maxSends-1, r, err, v)
-			}
+			wantDecidedOnce(t, lim, fmt.Sprintf("one Allow after %d connections closed in their handshake", maxSends-1))
 			lim = limiterClosing(t, inline, maxSends)
 			if _, err := lim.Allow(ctx, "k"); !errors.Is(err, net.ErrClosed) {
 				t.Errorf("after %d connections closed in their handshake: %v; want net.ErrClosed", maxSends, err)
 			}
 		})
+	}
+}
+
+// wantDecidedOnce makes one Allow of key "k" on a FixedWindow limit of 10
+// and checks that it succeeded and was counted exactly once.
+func wantDecidedOnce(t *testing.T, lim *Limiter, what string) {
+	t.Helper()
+	ctx := context.Background()
+	r, err := lim.Allow(ctx, "k")
+	v, _ := redistest.Client(t).Get(ctx, lim.keys("k")[0]).Result()
+	if err != nil || r.Remaining != 9 || !strings.HasSuffix(v, ":1") {
+		t.Errorf("%s: %+v %v; Redis holds %q; want it decided once (Remaining 9, count 1)", what, r, err, v)
 	}
 }
 
