@@ -110,7 +110,8 @@ func (x *execScratch) reset() {
 type call struct {
 	kind callKind
 	keys []string      // the request's keys, one per rule
-	args []interface{} // the request's own arguments: consume ("1" or "0") and cost
+	args []interface{} // the request's own script argument: its cost, negated for Peek
+	unit bool          // it consumes 1 (Allow): a script call of such requests only needs their keys
 	slot int           // the Redis Cluster slot of its keys, when grouped by slot
 
 	scratch []interface{} // the inline path's full argument list
@@ -160,7 +161,7 @@ var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}
 func getCall(k callKind) *call {
 	c := callPool.Get().(*call)
 	c.kind = k
-	c.keys, c.args = c.keys[:0], c.args[:0]
+	c.keys, c.args, c.unit = c.keys[:0], c.args[:0], false
 	c.res, c.err = c.res[:0], nil
 	c.state.Store(callWaiting)
 	return c
@@ -373,7 +374,10 @@ func (b *batcher) sendInline(c *call) (bool, error) {
 		for _, k := range c.keys {
 			args = append(args, k)
 		}
-		args = append(append(args, b.ruleArgs...), c.args...)
+		args = append(args, b.ruleArgs...)
+		if !c.unit {
+			args = append(args, c.args...)
+		}
 		var cmd *redis.Cmd
 		for sends := 1; ; sends++ {
 			cmd = redis.NewCmd(ctx, args...)
@@ -828,10 +832,23 @@ func (g *scriptGroup) build(ctx context.Context, ruleArgs []interface{}) {
 	}
 	g.args[2] = len(g.args) - 3 // the number of keys
 	g.args = append(g.args, ruleArgs...)
-	for _, c := range g.calls {
-		g.args = append(g.args, c.args...)
+	if !allUnit(g.calls) {
+		for _, c := range g.calls {
+			g.args = append(g.args, c.args...)
+		}
 	}
 	g.cmd = redis.NewCmd(ctx, g.args...)
+}
+
+// allUnit reports whether every call consumes 1, so that the script call
+// needs no argument per request (see lua/policy.lua).
+func allUnit(calls []*call) bool {
+	for _, c := range calls {
+		if !c.unit {
+			return false
+		}
+	}
+	return true
 }
 
 // keepWaiting drops from the group the calls whose wait has ended (their

@@ -139,6 +139,59 @@ func TestPolicyErrorMidRequestLeavesNoPartialAnswer(t *testing.T) {
 	}
 }
 
+// A script call whose requests all consume 1 (Allow) carries their keys
+// and no argument per request; one with any other request (AllowN, Peek)
+// carries one per request. Redis decides both alike, a two-rule policy too.
+func TestUnitRequestsSendOnlyTheirKeys(t *testing.T) {
+	c := redistest.Client(t)
+	ctx := context.Background()
+	lim, err := NewPolicy(c, []Rule{
+		{Name: "burst", Algorithm: GCRA, Limit: PerSecond(10)},
+		{Name: "daily", Algorithm: FixedWindow, Limit: PerDay(1000)},
+	}, WithPrefix(fmt.Sprintf("unit-%d", time.Now().UnixNano())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	loadScript(t, c)
+	R := len(lim.rules)
+	width := 1 + 5*R
+	req := func(key string, consume bool, n int) *call {
+		c := &call{keys: lim.keys(key)}
+		c.args = appendArgs(nil, consume, n)
+		c.unit = consume && n == 1
+		return c
+	}
+	for _, tc := range []struct {
+		name  string
+		calls []*call
+		want  []int // remaining by the first rule, per request
+	}{
+		{"allows", []*call{req("a", true, 1), req("b", true, 1), req("a", true, 1)}, []int{9, 9, 8}},
+		{"mixed", []*call{req("c", true, 1), req("c", true, 3), req("c", false, 1), req("d", true, 1)}, []int{9, 6, 6, 9}},
+	} {
+		g := &scriptGroup{calls: tc.calls}
+		g.build(ctx, lim.batch.ruleArgs)
+		keys := len(tc.calls) * R
+		perRequest := len(g.args) - 3 - keys - len(lim.batch.ruleArgs)
+		if unit := allUnit(tc.calls); unit && perRequest != 0 || !unit && perRequest != len(tc.calls) {
+			t.Fatalf("%s: %d script arguments per request in %v", tc.name, perRequest, g.args)
+		}
+		reply, err := c.Do(ctx, g.args...).Slice()
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		for i, want := range tc.want {
+			var res []int64
+			if res, reply, err = parseReply(reply, width, nil); err != nil || res[0] != 1 || res[2] != int64(want) {
+				t.Errorf("%s: request %d answered %v, %v; want admitted with %d remaining", tc.name, i, res, err, want)
+			}
+		}
+		if len(reply) != 0 {
+			t.Errorf("%s: %d values left after the last answer", tc.name, len(reply))
+		}
+	}
+}
+
 // A caller that gave up before its batch was sent is not sent at all.
 func TestAbandonedCallsAreNotSent(t *testing.T) {
 	c := redistest.Client(t)

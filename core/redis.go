@@ -92,6 +92,7 @@ func (l *Limiter) run(ctx context.Context, key string, consume bool, n int) (Res
 	stored := storedKey(key)
 	c.keys = l.appendKeys(c.keys, stored)
 	c.args = appendArgs(c.args, consume, n)
+	c.unit = consume && n == 1
 	if l.batch.grouping == groupSlot {
 		c.slot = clusterSlot(stored)
 	}

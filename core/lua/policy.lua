@@ -9,7 +9,10 @@
 --   5 token_bucket, 6 gcra), tick (microseconds), then the algorithm's
 --   parameters a, b, c, d.
 -- ARGV[2+6R ..]: one per request: its cost n to consume it (AllowN), or -n
---   to only look (Peek passes -1).
+--   to only look (Peek passes -1); or none at all when every request of the
+--   call consumes 1 (Allow, the common case: one argument less per request
+--   for Redis to read and hand to Lua). The requests are then counted by
+--   their keys.
 -- Returns one flat array, the requests' answers one after another: for each
 --   request, allowed (0|1), then per rule: allowed (0|1), remaining,
 --   retry_after_us, reset_after_us, delay_us; or, when that request failed
@@ -146,10 +149,15 @@ end
 -- it. One pcall per script call, not one per request.
 local base = 2 + 6 * R
 local count = #ARGV - base + 1
+local unit = false -- 1 when every request consumes 1 and has no argument
+if count == 0 then
+  count = #KEYS / R
+  unit = 1
+end
 local d = 1
 local function run()
   while d <= count do
-    local n = tonumber(ARGV[base + d - 1])
+    local n = unit or tonumber(ARGV[base + d - 1])
     if n > 0 then
       decide_request(d, true, n)
     else
