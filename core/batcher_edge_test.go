@@ -1050,6 +1050,66 @@ func TestAnswerNotHeldByAnotherGroupsResend(t *testing.T) {
 	}
 }
 
+// An answer that a resend round brings in does not wait for the rounds
+// after it: here Redis lost the script (SCRIPT FLUSH), so the near
+// decision is sent again as EVAL in the first round and counted, while the
+// far shard refuses every send (LOADING) and its rounds go on for 8, 16 and
+// 32ms more. The near caller has its answer before the far shard's second
+// resend goes out.
+func TestAnswerNotHeldByLaterResendRounds(t *testing.T) {
+	h := &farHook{}
+	ring, p := ringOfTwo(t, "far", h, nil)
+	lim := newOn(t, ring, FixedWindow, PerHour(10), WithTimeout(30*time.Second), WithHealthCheck(1<<30, 0),
+		WithPrefix(fmt.Sprintf("held-rounds-%d", time.Now().UnixNano())))
+	nears, fars := shardKeys(t, lim, h, 1, 1)
+	near, far := nears[0], fars[0]
+	if err := redistest.Client(t).ScriptFlush(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { loadScript(t, redistest.Client(t)) }) // for the tests that count sends
+
+	nearAnswered := make(chan struct{})
+	var heldUntilAnswered atomic.Bool
+	farSends := 0
+	h.mu.Lock()
+	h.hold = func(args string) {
+		if !strings.Contains(args, "{"+far+"}") {
+			return
+		}
+		h.mu.Lock()
+		farSends++
+		hold := farSends == 3 // the second resend round
+		h.mu.Unlock()
+		if hold {
+			select {
+			case <-nearAnswered:
+				heldUntilAnswered.Store(true)
+			case <-time.After(10 * time.Second):
+			}
+		}
+	}
+	h.mu.Unlock()
+	done := queueTogether(t, lim, func() {
+		p.mu.Lock()
+		p.refuse = maxSends // every send to the far shard is refused: none runs
+		p.mu.Unlock()
+	}, near, far)
+	nearErr := <-done[near]
+	close(nearAnswered)
+	farErr := <-done[far]
+	waitBatcherIdle(t, lim.batch)
+	v, _ := redistest.Client(t).Get(context.Background(), lim.keys(near)[0]).Result()
+	if nearErr != nil || !strings.HasSuffix(v, ":1") {
+		t.Errorf("near decision: %v, Redis holds %q; want admitted and counted once", nearErr, v)
+	}
+	if !heldUntilAnswered.Load() {
+		t.Error("the near decision, answered by the first resend round, was held until the far shard's rounds ended")
+	}
+	if farErr == nil || !strings.Contains(farErr.Error(), "LOADING") {
+		t.Errorf("far decision: %v; want the shard's LOADING refusal", farErr)
+	}
+}
+
 // halfWriter is a dialer whose connections, once armed, fail the first
 // write holding two script calls after writing the first one whole: a
 // connection reset in the middle of a pipeline.

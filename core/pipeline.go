@@ -734,7 +734,7 @@ func (b *batcher) exec(x *execScratch, batch []*call) {
 	// group's refusal (its pauses, its round trips) must not hold answers
 	// that are in hand, on a healthy node, past their callers' deadlines.
 	b.answer(x, groups, true)
-	b.resend(ctx, groups)
+	b.resend(ctx, x, groups)
 	b.answer(x, groups, false)
 }
 
@@ -872,8 +872,11 @@ func (g *scriptGroup) keepWaiting() bool {
 // had lost it (a restart, SCRIPT FLUSH, a failover to a replica that never
 // saw it), and after a pause otherwise. Each call is sent at most maxSends
 // times, and only the decisions whose callers still wait go again: one
-// whose caller was told it failed is never counted after that.
-func (b *batcher) resend(ctx context.Context, groups []*scriptGroup) {
+// whose caller was told it failed is not sent after that (but one whose
+// deadline passes between that check and the write still goes, as with any
+// client). What a round settles is answered at once, not held through
+// the pauses and rounds that other groups still need.
+func (b *batcher) resend(ctx context.Context, x *execScratch, groups []*scriptGroup) {
 	for sends := 1; sends < maxSends; sends++ {
 		again, wait := 0, false
 		for _, g := range groups {
@@ -911,6 +914,7 @@ func (b *batcher) resend(ctx context.Context, groups []*scriptGroup) {
 			_ = pipe.Process(ctx, scriptCmd{g.cmd})
 		}
 		_, _ = pipe.Exec(ctx)
+		b.answer(x, groups, true)
 	}
 }
 
