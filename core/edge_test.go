@@ -434,6 +434,7 @@ func TestScriptResentWhenItsConnectionClosedInHandshake(t *testing.T) {
 	// limiterClosing returns a limiter whose client's first closes
 	// connections are closed before their handshake.
 	limiterClosing := func(t *testing.T, inline bool, closes int32) *Limiter {
+		loadScript(t, redistest.Client(t)) // every send is counted: none may go to NOSCRIPT
 		var left atomic.Int32
 		left.Store(closes)
 		var d net.Dialer

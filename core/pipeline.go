@@ -941,7 +941,7 @@ func (scriptCmd) NoRetry() bool { return true }
 // from the pool; Redis refused the command before running it (loading its
 // data, a replica, a cluster slot moving or down, too many clients); or,
 // when the call went alone, its write failed (a command written in part
-// never runs); or its new connection was closed during the handshake. A
+// never runs) or its new connection was closed during the handshake. A
 // script that failed inside (a key of the wrong type) answers per
 // request, not with an error of the call. Nothing after the
 // write is resendable: a read timeout, a connection reset, a connection
@@ -965,9 +965,15 @@ func resendable(err error, alone bool) bool {
 	}
 	// Bare, not in a net.OpError: go-redis's report of a new connection
 	// whose handshake failed because it was closed under it (a failover
-	// client closing its connections to a replaced master). The script
-	// was never written on it.
-	return errors.Is(err, net.ErrClosed) || errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrPoolExhausted) ||
+	// client closing its connections to a replaced master), where the
+	// script was never written; but also a TLS connection's write cut
+	// short by such a close (crypto/tls reports it bare), after which
+	// other script calls of the pipeline may have gone out whole. So, as
+	// for a failed write, only a call that went alone.
+	if errors.Is(err, net.ErrClosed) {
+		return alone
+	}
+	return errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrPoolExhausted) ||
 		redis.IsLoadingError(err) || redis.IsReadOnlyError(err) || redis.IsMasterDownError(err) ||
 		redis.IsTryAgainError(err) || redis.IsClusterDownError(err) || redis.IsMaxClientsError(err)
 }

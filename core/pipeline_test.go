@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -188,6 +189,29 @@ func TestUnitRequestsSendOnlyTheirKeys(t *testing.T) {
 		}
 		if len(reply) != 0 {
 			t.Errorf("%s: %d values left after the last answer", tc.name, len(reply))
+		}
+	}
+}
+
+// A connection closed under a call is resendable only when the call went
+// alone: go-redis reports a closed handshake bare (nothing was written),
+// and so does crypto/tls a write cut short, after which other script calls
+// of the same pipeline may have gone out whole and run.
+func TestClosedConnectionResendableOnlyAlone(t *testing.T) {
+	for _, tc := range []struct {
+		err         error
+		alone, want bool
+	}{
+		{net.ErrClosed, true, true},
+		{net.ErrClosed, false, false},
+		{fmt.Errorf("redis: handshake: %w", net.ErrClosed), false, false},
+		{&net.OpError{Op: "write", Err: net.ErrClosed}, true, true},
+		{&net.OpError{Op: "write", Err: net.ErrClosed}, false, false},
+		{&net.OpError{Op: "read", Err: net.ErrClosed}, true, false},
+		{&net.OpError{Op: "dial", Err: net.ErrClosed}, false, true},
+	} {
+		if got := resendable(tc.err, tc.alone); got != tc.want {
+			t.Errorf("resendable(%v, alone %v) = %v; want %v", tc.err, tc.alone, got, tc.want)
 		}
 	}
 }
