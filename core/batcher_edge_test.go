@@ -933,6 +933,33 @@ func (h *farHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 	}
 }
 
+// holdSend makes the n-th pipeline to the far shard that holds key's call
+// wait until release is closed, 10s at most. The function it returns
+// reports whether that send was released in time.
+func (h *farHook) holdSend(key string, n int, release <-chan struct{}) (releasedInTime func() bool) {
+	var released atomic.Bool
+	sends := 0
+	h.mu.Lock()
+	h.hold = func(args string) {
+		if !strings.Contains(args, "{"+key+"}") {
+			return
+		}
+		h.mu.Lock()
+		sends++
+		hold := sends == n
+		h.mu.Unlock()
+		if hold {
+			select {
+			case <-release:
+				released.Store(true)
+			case <-time.After(10 * time.Second):
+			}
+		}
+	}
+	h.mu.Unlock()
+	return released.Load
+}
+
 // onFar reports whether a Peek of key goes to the far shard.
 func (h *farHook) onFar(t *testing.T, lim *Limiter, key string) bool {
 	t.Helper()
@@ -1016,24 +1043,7 @@ func TestAnswerNotHeldByAnotherGroupsResend(t *testing.T) {
 	release := make(chan struct{})
 	var releaseOnce sync.Once
 	defer releaseOnce.Do(func() { close(release) })
-	farSends := 0
-	h.mu.Lock()
-	h.hold = func(args string) {
-		if !strings.Contains(args, "{"+far+"}") {
-			return
-		}
-		h.mu.Lock()
-		farSends++
-		hold := farSends == 2 // the resend, after a refusal
-		h.mu.Unlock()
-		if hold {
-			select {
-			case <-release:
-			case <-time.After(10 * time.Second):
-			}
-		}
-	}
-	h.mu.Unlock()
+	h.holdSend(far, 2, release) // the resend, after a refusal
 	done := queueTogether(t, lim, func() {
 		p.mu.Lock()
 		p.refuse = 1 // the far shard's first script call is refused: it never ran
@@ -1069,26 +1079,7 @@ func TestAnswerNotHeldByLaterResendRounds(t *testing.T) {
 	t.Cleanup(func() { loadScript(t, redistest.Client(t)) }) // for the tests that count sends
 
 	nearAnswered := make(chan struct{})
-	var heldUntilAnswered atomic.Bool
-	farSends := 0
-	h.mu.Lock()
-	h.hold = func(args string) {
-		if !strings.Contains(args, "{"+far+"}") {
-			return
-		}
-		h.mu.Lock()
-		farSends++
-		hold := farSends == 3 // the second resend round
-		h.mu.Unlock()
-		if hold {
-			select {
-			case <-nearAnswered:
-				heldUntilAnswered.Store(true)
-			case <-time.After(10 * time.Second):
-			}
-		}
-	}
-	h.mu.Unlock()
+	heldUntilAnswered := h.holdSend(far, 3, nearAnswered) // the second resend round
 	done := queueTogether(t, lim, func() {
 		p.mu.Lock()
 		p.refuse = maxSends // every send to the far shard is refused: none runs
@@ -1102,7 +1093,7 @@ func TestAnswerNotHeldByLaterResendRounds(t *testing.T) {
 	if nearErr != nil || !strings.HasSuffix(v, ":1") {
 		t.Errorf("near decision: %v, Redis holds %q; want admitted and counted once", nearErr, v)
 	}
-	if !heldUntilAnswered.Load() {
+	if !heldUntilAnswered() {
 		t.Error("the near decision, answered by the first resend round, was held until the far shard's rounds ended")
 	}
 	if farErr == nil || !strings.Contains(farErr.Error(), "LOADING") {

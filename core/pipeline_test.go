@@ -87,6 +87,20 @@ func TestBatchedErrorsArePerCall(t *testing.T) {
 	}
 }
 
+// burstAndDaily returns a two-rule policy on c, GCRA 10/s and
+// FixedWindow 1000/day, under a prefix of its own.
+func burstAndDaily(t *testing.T, c redis.UniversalClient, prefix string) *Limiter {
+	t.Helper()
+	lim, err := NewPolicy(c, []Rule{
+		{Name: "burst", Algorithm: GCRA, Limit: PerSecond(10)},
+		{Name: "daily", Algorithm: FixedWindow, Limit: PerDay(1000)},
+	}, WithPrefix(fmt.Sprintf("%s-%d", prefix, time.Now().UnixNano())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lim
+}
+
 // In one script call of a policy, a request that fails after its first
 // rule was decided (the second rule's key has the wrong type) answers with
 // its error alone: the answers around it keep their places, and nothing of
@@ -94,13 +108,7 @@ func TestBatchedErrorsArePerCall(t *testing.T) {
 func TestPolicyErrorMidRequestLeavesNoPartialAnswer(t *testing.T) {
 	c := redistest.Client(t)
 	ctx := context.Background()
-	lim, err := NewPolicy(c, []Rule{
-		{Name: "burst", Algorithm: GCRA, Limit: PerSecond(10)},
-		{Name: "daily", Algorithm: FixedWindow, Limit: PerDay(1000)},
-	}, WithPrefix(fmt.Sprintf("partial-%d", time.Now().UnixNano())))
-	if err != nil {
-		t.Fatal(err)
-	}
+	lim := burstAndDaily(t, c, "partial")
 	if err := c.HSet(ctx, lim.keys("poisoned")[1], "f", "v").Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -146,13 +154,7 @@ func TestPolicyErrorMidRequestLeavesNoPartialAnswer(t *testing.T) {
 func TestUnitRequestsSendOnlyTheirKeys(t *testing.T) {
 	c := redistest.Client(t)
 	ctx := context.Background()
-	lim, err := NewPolicy(c, []Rule{
-		{Name: "burst", Algorithm: GCRA, Limit: PerSecond(10)},
-		{Name: "daily", Algorithm: FixedWindow, Limit: PerDay(1000)},
-	}, WithPrefix(fmt.Sprintf("unit-%d", time.Now().UnixNano())))
-	if err != nil {
-		t.Fatal(err)
-	}
+	lim := burstAndDaily(t, c, "unit")
 	loadScript(t, c)
 	R := len(lim.rules)
 	width := 1 + 5*R
