@@ -13,14 +13,18 @@ import (
 // Reset can make n events admissible before d has passed: other instances
 // can only consume more, and every algorithm's RetryAfter is the earliest
 // time the same request fits. So until then the limiter answers a request
-// of the same key and the same n from the cache, with RetryAfter and
-// ResetAfter counted down by the time elapsed. Other costs go to Redis: a
-// larger n may need longer, a smaller one may fit sooner.
+// of the same key and n or more events from the cache, with RetryAfter and
+// ResetAfter counted down by the time elapsed: a larger request cannot fit
+// before a smaller one would, so for it the countdown is a lower bound, and
+// once it ends Redis tells the rest. A smaller request goes to Redis: it
+// may fit sooner. (Keeping the smallest denied cost, rather than the last,
+// spares Redis a flood whose costs vary.)
 //
-// What the cache cannot see: a Reset made by another process (this
-// limiter's own Reset clears its entry), and Remaining of the rules that
-// did not deny, which refill meanwhile; the cached answer keeps their
-// Remaining as it was at the denial, never higher than the truth.
+// What the cache cannot see: a Reset made through another Limiter value,
+// in this process or another (this limiter's own Reset clears its entry),
+// and Remaining of the rules that did not deny, which refill meanwhile;
+// the cached answer keeps their Remaining as it was at the denial, never
+// higher than the truth.
 type denyCache struct {
 	shards [denyShards]denyShard
 	limit  int // entries per shard
@@ -55,16 +59,19 @@ func (c *denyCache) shard(key string) *denyShard {
 	return &c.shards[keyHash(key)%denyShards]
 }
 
-// get returns the cached denial of n events for key, counted down to now.
+// get returns the cached denial that answers n events for key (one of n
+// or fewer), counted down to now.
 func (c *denyCache) get(key string, n int, now time.Time) (Result, bool) {
 	s := c.shard(key)
 	s.mu.RLock()
 	e, ok := s.entries[key]
 	s.mu.RUnlock()
-	if !ok || e.n != n || !now.Before(e.until) {
+	if !ok || n < e.n || !now.Before(e.until) {
 		return Result{}, false
 	}
-	elapsed := now.Sub(e.at)
+	// A request that started before the entry was made counts from the
+	// entry: RetryAfter never above what Redis said.
+	elapsed := max(now.Sub(e.at), 0)
 	res := e.res
 	res.RetryAfter -= elapsed
 	res.ResetAfter = max(res.ResetAfter-elapsed, 0)
@@ -85,9 +92,12 @@ func (c *denyCache) get(key string, n int, now time.Time) (Result, bool) {
 // only end the denial early (one more script), never deny longer than
 // Redis would.
 //
-// A live entry for the same cost is kept, not replaced: callers that reached
-// Redis together get denials a few microseconds apart, and replacing one by
-// another would make RetryAfter jump back up.
+// A live entry of the same cost or a smaller one is kept, not replaced: it
+// answers this cost already, and callers that reached Redis together get
+// denials a few microseconds apart; replacing one by another would make
+// RetryAfter jump back up. A denial of a smaller cost replaces an entry of
+// a larger one, since it answers more requests. The entry keeps a copy of
+// res's Rules: the caller's Result is its own to change.
 //
 // resets is the count of Resets read before the request was sent: if a
 // Reset happened since, the denial may predate it and is not cached.
@@ -102,7 +112,7 @@ func (c *denyCache) put(key string, n int, res Result, now time.Time, resets uin
 		return
 	}
 	old, ok := s.entries[key]
-	if ok && old.n == n && now.Before(old.until) {
+	if ok && old.n <= n && now.Before(old.until) {
 		return
 	}
 	if !ok && len(s.entries) >= c.limit {
@@ -115,6 +125,7 @@ func (c *denyCache) put(key string, n int, res Result, now time.Time, resets uin
 			return // full of live denials: this one goes to Redis next time
 		}
 	}
+	res.Rules = append([]RuleResult(nil), res.Rules...)
 	s.entries[key] = denyEntry{n: n, at: now, until: now.Add(res.RetryAfter), res: res}
 }
 

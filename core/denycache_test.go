@@ -17,7 +17,8 @@ func TestDenyCacheCountsDown(t *testing.T) {
 		{Name: "r", RetryAfter: 3 * s, ResetAfter: 10 * s},
 		{Name: "other", Allowed: true, Remaining: 4, ResetAfter: 500 * ms},
 	}}
-	c.put("k", 1, denied, t0, 0)
+	c.put("k", 2, denied, t0, 0)
+	denied.Rules[0].Name = "changed by the caller" // the cache keeps its own copy
 	steps := []struct {
 		at      time.Duration
 		n       int
@@ -27,29 +28,49 @@ func TestDenyCacheCountsDown(t *testing.T) {
 		other   time.Duration // the other rule's ResetAfter
 		comment string
 	}{
-		{0, 1, true, 3 * s, 10 * s, 500 * ms, "at once"},
-		{s, 1, true, 2 * s, 9 * s, 0, "counted down, never below 0"},
-		{s, 2, false, 0, 0, 0, "another cost goes to Redis"},
-		{2999 * ms, 1, true, ms, 7001 * ms, 0, "the last millisecond"},
-		{3 * s, 1, false, 0, 0, 0, "expired"},
+		{0, 2, true, 3 * s, 10 * s, 500 * ms, "at once"},
+		{-ms, 2, true, 3 * s, 10 * s, 500 * ms, "a request begun before the denial was cached: never above Redis's RetryAfter"},
+		{s, 2, true, 2 * s, 9 * s, 0, "counted down, never below 0"},
+		{s, 1, false, 0, 0, 0, "a smaller cost may fit sooner: Redis decides"},
+		{s, 3, true, 2 * s, 9 * s, 0, "a larger cost cannot fit sooner: the same countdown, a lower bound"},
+		{2999 * ms, 2, true, ms, 7001 * ms, 0, "the last millisecond"},
+		{3 * s, 2, false, 0, 0, 0, "expired"},
 	}
 	for _, st := range steps {
 		r, ok := c.get("k", st.n, t0.Add(st.at))
 		if ok != st.hit {
 			t.Fatalf("%s: hit=%v", st.comment, ok)
 		}
-		if ok && (r.Allowed || r.RetryAfter != st.retry || r.ResetAfter != st.reset || r.Rules[0].RetryAfter != st.retry || r.Rules[1].ResetAfter != st.other || r.Rules[1].Remaining != 4) {
+		if ok && (r.Allowed || r.RetryAfter != st.retry || r.ResetAfter != st.reset || r.Rules[0].RetryAfter != st.retry ||
+			r.Rules[0].Name != "r" || r.Rules[1].ResetAfter != st.other || r.Rules[1].Remaining != 4) {
 			t.Errorf("%s: %+v", st.comment, r)
 		}
 	}
-	if _, ok := c.get("other-key", 1, t0); ok {
+	if _, ok := c.get("other-key", 2, t0); ok {
 		t.Error("a key never denied hit the cache")
 	}
 	// The cached Rules are copies: changing an answer changes no other.
-	r1, _ := c.get("k", 1, t0)
+	r1, _ := c.get("k", 2, t0)
 	r1.Rules[0].Name = "changed"
-	if r2, _ := c.get("k", 1, t0); r2.Rules[0].Name != "r" {
+	if r2, _ := c.get("k", 2, t0); r2.Rules[0].Name != "r" {
 		t.Error("cached results share their Rules")
+	}
+}
+
+// The entry keeps the smallest cost denied: it answers every larger one.
+func TestDenyCacheKeepsTheSmallestCost(t *testing.T) {
+	c := newDenyCache(100)
+	t0 := time.Unix(1000, 0)
+	c.put("k", 3, Result{RetryAfter: 5 * s}, t0, 0)
+	c.put("k", 5, Result{RetryAfter: 9 * s}, t0, 0) // answered by the entry of 3: kept
+	if r, ok := c.get("k", 5, t0); !ok || r.RetryAfter != 5*s {
+		t.Errorf("cost 5 after denials of 3 and 5: %+v %v; want the entry of cost 3", r, ok)
+	}
+	c.put("k", 1, Result{RetryAfter: 2 * s}, t0, 0) // answers more: replaces
+	for _, n := range []int{1, 2, 3, 5} {
+		if r, ok := c.get("k", n, t0); !ok || r.RetryAfter != 2*s {
+			t.Errorf("cost %d after a denial of 1: %+v %v; want the entry of cost 1", n, r, ok)
+		}
 	}
 }
 
@@ -91,26 +112,25 @@ func TestDenyCacheSparesRedis(t *testing.T) {
 		}))
 	ctx := context.Background()
 	var wg sync.WaitGroup
-	var last sync.Map
 	for g := 0; g < 20; g++ {
 		wg.Add(1)
 		go func(g int) {
 			defer wg.Done()
 			prev := time.Hour
 			for i := 0; i < 100; i++ {
-				r, err := lim.Allow(ctx, "flooded")
+				r, err := lim.AllowN(ctx, "flooded", 1+(g+i)%2) // costs of 1 and 2, mixed
 				if err != nil {
 					t.Error(err)
 					return
 				}
-				if !r.Allowed {
-					if r.RetryAfter <= 0 || r.RetryAfter > prev {
-						t.Errorf("RetryAfter %s after %s: not counting down", r.RetryAfter, prev)
-					}
-					prev = r.RetryAfter
+				if r.Allowed {
+					continue
 				}
+				if r.RetryAfter <= 0 || r.RetryAfter > prev {
+					t.Errorf("RetryAfter %s after %s: not counting down", r.RetryAfter, prev)
+				}
+				prev = r.RetryAfter
 			}
-			last.Store(g, prev)
 		}(g)
 	}
 	wg.Wait()
@@ -121,12 +141,9 @@ func TestDenyCacheSparesRedis(t *testing.T) {
 	if ratio := float64(scripts) / float64(requests); ratio > 0.05 {
 		t.Errorf("%d scripts for %d requests (%.3f per request), want at most 0.05", scripts, requests, ratio)
 	}
-	t.Logf("flood of 2000 requests on one key (10/min): %d scripts, %d answered from the deny cache", scripts, cached)
+	t.Logf("flood of 2000 requests on one key (10/min, costs 1 and 2): %d scripts, %d answered from the deny cache", scripts, cached)
 
-	// Another cost asks Redis; Reset forgets the denial.
-	if r, _ := lim.AllowN(ctx, "flooded", 2); r.Allowed {
-		t.Error("cost 2 admitted")
-	}
+	// Reset forgets the denial.
 	if err := lim.Reset(ctx, "flooded"); err != nil {
 		t.Fatal(err)
 	}

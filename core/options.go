@@ -113,15 +113,19 @@ func WithMaxDelay(d time.Duration) Option {
 
 // WithDenyCache lets the limiter answer repeated denials itself: once Redis
 // denies n events for a key with RetryAfter d, requests of the same key and
-// cost are denied in-process until d has passed, with RetryAfter and
-// ResetAfter counting down. A flood on a key far above its limit then costs
-// Redis one script per RetryAfter instead of one per request. size bounds
-// the number of keys remembered (0, the default, turns the cache off).
+// n or more events are denied in-process until d has passed, with
+// RetryAfter and ResetAfter counting down. A flood on a key far above its
+// limit then costs Redis one script per RetryAfter instead of one per
+// request. size bounds the number of keys remembered (0, the default, turns
+// the cache off).
 //
 // The cache is exact for the denied request: nothing but a Reset makes it
-// admissible sooner. What it cannot see is a Reset done by another process
-// (this limiter's Reset clears its own entry) and the refill of the rules
-// that did not deny, whose Remaining it reports as at the denial.
+// admissible sooner. A larger request cannot fit sooner either; for it the
+// countdown is a lower bound, and once it ends Redis answers. A smaller
+// request always goes to Redis. What the cache cannot see is a Reset done
+// through another Limiter value, in this process or another (this
+// limiter's Reset clears its own entry), and the refill of the rules that
+// did not deny, whose Remaining it reports as at the denial.
 func WithDenyCache(size int) Option {
 	return func(o *options) { o.denyCache = max(size, 0) }
 }

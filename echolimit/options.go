@@ -117,9 +117,11 @@ func WithFailureMode(m core.FailureMode) Option { return flow.WithFailureMode(m)
 //
 // It is on by default because a flood on one key is exactly when Redis
 // needs sparing, and the cached answer is the one Redis would give: nothing
-// but a Reset makes a denied request admissible sooner. Turn it off if
-// another process resets keys (an admin unblocking a client) and that must
-// take effect at once rather than within Retry-After. New ignores it: set
+// but a Reset makes a denied request admissible sooner. A Reset clears only
+// the cache of the Limiter it is called on: to unblock clients, build the
+// limiter with core, give it to New and reset through it (other instances
+// still deny until their Retry-After has passed). Turn the cache off if a
+// reset must take effect everywhere at once. New ignores this option: set
 // core.WithDenyCache on that limiter.
 func WithDenyCache(size int) Option { return flow.WithDenyCache(size) }
 
