@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"reflect"
 	"runtime"
 	"strings"
 	"sync"
@@ -542,17 +543,18 @@ func TestSlidingLogClockStepBack(t *testing.T) {
 	}
 }
 
-// A SlidingWindowCounter key keeps its TTL through its window (SET ...
-// KEEPTTL) only while the clock runs forward. After Redis's clock steps
-// back into an earlier window, the script writes as if at the start of the
-// stored, later window, whose TTL is two periods from now: keeping the
-// key's older, longer TTL would make it remember a count its twin (and the
-// script, before it kept TTLs) had forgotten.
+// After Redis's clock steps back into an earlier window, a
+// SlidingWindowCounter key holds a later window's counts: the script
+// decides as at that window's start, and counts every duration (the TTL,
+// ResetAfter, RetryAfter) from now, so the count weighs for its two whole
+// periods, as in the twin. (It used to count the TTL two periods from now,
+// which ended before the later window's next one: the count was forgotten
+// early, and the script and its twin then disagreed.)
 func TestSlidingCounterClockStepBackMatchesTwin(t *testing.T) {
 	clk, lim, twin := withTwin(t, Rule{Name: "swc", Algorithm: SlidingWindowCounter, Limit: PerSecond(997)})
 	ctx := context.Background()
 	W := start.Truncate(time.Second).Add(time.Hour) // a window's start
-	step := func(tm time.Time, n int, what string) {
+	step := func(tm time.Time, n int, what string) Result {
 		t.Helper()
 		// Backwards too: the key's TTL grows, as Redis's absolute expiry
 		// would once the clock is behind it.
@@ -562,13 +564,18 @@ func TestSlidingCounterClockStepBackMatchesTwin(t *testing.T) {
 			t.Fatal(err)
 		}
 		want, _ := twin.AllowN(tm, "k", n)
-		if got.Allowed != want.Allowed || got.Remaining != want.Remaining {
+		if !reflect.DeepEqual(got, want) {
 			t.Errorf("%s: script %+v\ntwin %+v", what, got.Rules[0], want.Rules[0])
 		}
+		return got
 	}
 	step(W.Add(500*time.Millisecond), 800, "W+0.5s, 800 events")
 	step(W.Add(-300*time.Millisecond), 1, "the clock steps back to W-0.3s")
-	step(W.Add(1800*time.Millisecond), 1, "W+1.8s")
+	// In the next window, the 801 events of window W still weigh 0.2 of
+	// their count: 997 - 160.2, less the one taken, is 835.
+	if r := step(W.Add(1800*time.Millisecond), 1, "W+1.8s"); r.Remaining != 835 {
+		t.Errorf("W+1.8s: Remaining %d; want 835, window W's count still weighing", r.Remaining)
+	}
 }
 
 // withTwin returns a limiter of rules on a miniredis whose clock the test

@@ -254,7 +254,9 @@ func slidingWindowCounter(s *localState, now, rate, period, n int64) decision {
 			p = s.c
 		}
 	}
-	e := max(now-w*period, 0)
+	e := now - w*period
+	wait := max(-e, 0) // until the current window starts: the clock stepped back
+	e = max(e, 0)
 	capacity := rate * period
 	used := p*(period-e) + c*period
 	var d decision
@@ -262,19 +264,19 @@ func slidingWindowCounter(s *localState, now, rate, period, n int64) decision {
 		d.avail = (capacity - used) / period
 	}
 	if c > 0 {
-		d.resetBefore = 2*period - e
+		d.resetBefore = wait + 2*period - e
 	} else if p > 0 {
-		d.resetBefore = period - e
+		d.resetBefore = wait + period - e
 	}
 	if used+n*period > capacity {
 		if room := (rate - c - n) * period; room >= 0 {
-			d.retry = period - room/p - e
+			d.retry = wait + period - room/p - e
 		} else {
-			d.retry = period - e + max(period-(rate-n)*period/c, 0)
+			d.retry = wait + period - e + max(period-(rate-n)*period/c, 0)
 		}
 		return d
 	}
-	d.ok, d.resetAfter, d.after = true, 2*period-e, d.avail-n
+	d.ok, d.resetAfter, d.after = true, wait+2*period-e, d.avail-n
 	d.next = localState{w: w, p: p, c: c + n}
 	return d
 }

@@ -14,9 +14,9 @@
 local function sliding_window_counter(key, now, rate, period, _, n)
   local w = idiv(now, period)
   local p, c = 0, 0
-  -- written in this window: its TTL already ends with the next one. Not
-  -- after the clock stepped back (sw > w): e is then 0 and the TTL two
-  -- periods from now, earlier than the one the key has.
+  -- written in this window: its TTL already ends with the next one (also
+  -- when it was written while the clock stood behind that window: the TTL
+  -- was then counted from the window's start, see wait).
   local keep = false
   local v = call('GET', key)
   if v then
@@ -32,7 +32,9 @@ local function sliding_window_counter(key, now, rate, period, _, n)
     end
   end
   local e = now - w * period -- elapsed in the current window
+  local wait = 0 -- ticks until the current window starts: the clock stepped back
   if e < 0 then
+    wait = -e
     e = 0
   end
   local cap = rate * period
@@ -43,9 +45,9 @@ local function sliding_window_counter(key, now, rate, period, _, n)
   end
   local reset_before = 0
   if c > 0 then
-    reset_before = 2 * period - e
+    reset_before = wait + 2 * period - e
   elseif p > 0 then
-    reset_before = period - e
+    reset_before = wait + period - e
   end
   if used + n * period > cap then
     local retry
@@ -61,7 +63,7 @@ local function sliding_window_counter(key, now, rate, period, _, n)
       end
       retry = period - e + e2
     end
-    return false, avail, retry, reset_before, 0, 0, nil
+    return false, avail, wait + retry, reset_before, 0, 0, nil
   end
-  return true, avail, 0, reset_before, 2 * period - e, 0, format('%d:%d:%d', w, p, c + n), nil, keep
+  return true, avail, 0, reset_before, wait + 2 * period - e, 0, format('%d:%d:%d', w, p, c + n), nil, keep
 end
