@@ -34,7 +34,10 @@
 // emission interval like one third of a second is exact and PerSecond(10)
 // leaves Remaining 9 after one event. Only limits whose Burst × Period (in
 // microseconds) would exceed 2^50 units fall back to millisecond ticks or are
-// rejected as ErrInvalidLimit.
+// rejected as ErrInvalidLimit; so are rates beyond 2^50, and limits whose
+// whole refill (the buckets) or two periods (the windows) would take more
+// than 2^50µs, about 35 years, which no reported duration could hold
+// exactly.
 //
 // # Keys
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -117,6 +118,9 @@ func TestInvalidConfigurations(t *testing.T) {
 		{"empty name", []Rule{{Algorithm: GCRA, Limit: PerSecond(1)}}, nil, "rule 0 has an empty name"},
 		{"duplicate names", []Rule{ok, ok}, nil, `duplicate rule name "ok"`},
 		{"too large to be exact", []Rule{{Name: "a", Algorithm: GCRA, Limit: Limit{Rate: 1<<40 + 1, Period: 24*time.Hour + time.Microsecond}}}, nil, "too large"},
+		{"rate beyond 2^50", []Rule{{Name: "a", Algorithm: GCRA, Limit: Limit{Rate: math.MaxInt64, Period: s, Burst: 1}}}, nil, "too large"},
+		{"refill beyond 35 years", []Rule{{Name: "a", Algorithm: TokenBucket, Limit: Limit{Rate: 1, Period: 24*time.Hour + time.Millisecond, Burst: 1_000_001}}}, nil, "too large"},
+		{"two windows beyond 35 years", []Rule{{Name: "a", Algorithm: SlidingWindowCounter, Limit: Limit{Rate: 1, Period: 18 * 366 * 24 * time.Hour}}}, nil, "too large"},
 		{"empty prefix", []Rule{ok}, []Option{WithPrefix("")}, "empty key prefix"},
 		{"prefix with a brace", []Rule{ok}, []Option{WithPrefix("a{b")}, "contains '{' or '}'"},
 	}

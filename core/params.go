@@ -138,12 +138,22 @@ func compileRule(r Rule) (compiledRule, error) {
 			return c, nil
 		}
 	}
-	return compiledRule{}, fmt.Errorf("limit %s is too large to decide exactly", l)
+	return compiledRule{}, fmt.Errorf("limit %s is too large to decide exactly: rate and burst must stay under 2^50, and a whole refill, or two periods, under 2^50µs (35 years)", l)
 }
 
-// fits reports whether every quantity of c stays exact in a Lua number.
+// fits reports whether every quantity of c stays exact in a Lua number,
+// the durations it reports in microseconds included (a whole refill of a
+// bucket, two windows: at most 2^50µs, about 35 years).
 func (c *compiledRule) fits() bool {
-	if int64(c.Limit.Burst) > maxExact/c.eventUnits || c.periodTicks > maxExact {
+	if int64(c.Limit.Burst) > maxExact/c.eventUnits || c.periodTicks > maxExact ||
+		int64(c.Limit.Rate) > maxExact || c.rateUnits > maxExact {
+		return false
+	}
+	longest := 2 * c.periodTicks // SlidingWindowCounter's reset, the most of the windows
+	if !c.Algorithm.windowed() {
+		longest = ceilDiv(c.capUnits, c.rateUnits) // a whole refill, or drain
+	}
+	if longest > maxExact/c.tick {
 		return false
 	}
 	// SlidingWindowCounter compares previous×(period−elapsed) + (current+n)×period
