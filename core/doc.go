@@ -6,7 +6,10 @@
 // key and, only when all of them admit, consumes from all of them.
 // Application clocks never enter a decision, so instances with skewed
 // clocks agree; concurrent callers never over-admit, because Redis runs the
-// script atomically.
+// script atomically. Should Redis's own clock step back, state written at
+// a later time still counts: nothing refills, drains or starts a new
+// window until the clock has caught up, RetryAfter and ResetAfter count
+// from the clock's new time, and keys live as long as their state needs.
 //
 // Concurrent decisions of one Limiter share script calls: a caller queues
 // its decision and waits for its own answer or its own deadline; queued

@@ -578,6 +578,51 @@ func TestSlidingCounterClockStepBackMatchesTwin(t *testing.T) {
 	}
 }
 
+// After Redis's clock steps back behind a bucket's state, the bucket does
+// not refill (or drain) until the clock has caught up: a denial's
+// RetryAfter and ResetAfter count from now, and a key written meanwhile
+// keeps its state as long as that state needs (it used to expire as much
+// earlier as the clock had stepped back, forgetting a debt). Script and
+// twin agree throughout.
+func TestBucketsAcrossClockStepBack(t *testing.T) {
+	for _, alg := range []Algorithm{TokenBucket, LeakyBucket, GCRA} {
+		t.Run(string(alg), func(t *testing.T) {
+			clk, lim, twin := withTwin(t, Rule{Name: "b", Algorithm: alg, Limit: PerSecond(10)})
+			ctx := context.Background()
+			T := start.Truncate(time.Second).Add(time.Hour)
+			step := func(key string, tm time.Time, n int, what string) Result {
+				t.Helper()
+				clk.advance(tm.Sub(clk.now)) // backwards too: TTLs grow, as Redis's would
+				got, err := lim.AllowN(ctx, key, n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want, _ := twin.AllowN(tm, key, n)
+				if !reflect.DeepEqual(got, want) {
+					t.Errorf("%s: script %+v\ntwin %+v", what, got.Rules[0], want.Rules[0])
+				}
+				return got
+			}
+			// Emptied at T, then the clock steps back 5s: nothing comes back
+			// before T + 100ms, 5.1s from then.
+			step("empty", T, 10, "T, the whole burst")
+			if r := step("empty", T.Add(-5*time.Second), 1, "T-5s"); r.Allowed || r.RetryAfter != 5100*time.Millisecond {
+				t.Errorf("T-5s: %+v; want denied, RetryAfter 5.1s", r)
+			}
+			if r := step("empty", T.Add(100*time.Millisecond), 1, "T+100ms"); !r.Allowed {
+				t.Errorf("T+100ms: %+v; want one event admitted", r)
+			}
+			// Half used at T; an event admitted after the clock stepped back
+			// 5s is remembered until the state is back to untouched.
+			step("half", T, 5, "T, half the burst")
+			step("half", T.Add(-5*time.Second), 1, "T-5s")
+			if r := step("half", T.Add(-4*time.Second), 1, "T-4s"); alg == TokenBucket && r.Remaining != 3 {
+				t.Errorf("T-4s: Remaining %d; want 3, the six events taken still counted", r.Remaining)
+			}
+		})
+	}
+}
+
 // withTwin returns a limiter of rules on a miniredis whose clock the test
 // sets, and the in-process twin its answers must equal.
 func withTwin(t *testing.T, rules ...Rule) (*clock, *Limiter, *Local) {

@@ -282,8 +282,9 @@ func slidingWindowCounter(s *localState, now, rate, period, n int64) decision {
 }
 
 func leakyBucket(s *localState, now, rate, event, capacity, maxDelay, n int64) decision {
-	var level int64
+	var level, lag int64
 	if s.present {
+		lag = max(s.t-now, 0) // the clock stepped back: see leaky_bucket.lua
 		now = max(now, s.t)
 		level = s.v
 		if elapsed := now - s.t; elapsed >= ceilDiv(level, rate) {
@@ -305,7 +306,10 @@ func leakyBucket(s *localState, now, rate, event, capacity, maxDelay, n int64) d
 	}
 	need := n * event
 	wait := ceilDiv(level, rate)
-	d := decision{avail: admissible(level), resetBefore: wait}
+	d := decision{avail: admissible(level)}
+	if level > 0 {
+		d.resetBefore = lag + wait
+	}
 	overCap := level+need > capacity
 	overDelay := maxDelay >= 0 && wait > maxDelay
 	if overCap || overDelay {
@@ -315,10 +319,11 @@ func leakyBucket(s *localState, now, rate, event, capacity, maxDelay, n int64) d
 		if overDelay {
 			d.retry = max(d.retry, wait-maxDelay)
 		}
+		d.retry += lag
 		return d
 	}
 	d.ok, d.delay = true, wait
-	d.resetAfter = ceilDiv(level+need, rate)
+	d.resetAfter = lag + ceilDiv(level+need, rate)
 	d.after = admissible(level + need)
 	d.next = localState{t: now, v: level + need}
 	return d
@@ -326,7 +331,9 @@ func leakyBucket(s *localState, now, rate, event, capacity, maxDelay, n int64) d
 
 func tokenBucket(s *localState, now, rate, event, capacity, n int64) decision {
 	tokens := capacity
+	var lag int64
 	if s.present {
+		lag = max(s.t-now, 0) // the clock stepped back: see token_bucket.lua
 		now = max(now, s.t)
 		tokens = s.v
 		if elapsed := now - s.t; elapsed >= ceilDiv(capacity-tokens, rate) {
@@ -336,27 +343,37 @@ func tokenBucket(s *localState, now, rate, event, capacity, n int64) decision {
 		}
 	}
 	need := n * event
-	d := decision{avail: tokens / event, resetBefore: ceilDiv(capacity-tokens, rate)}
+	d := decision{avail: tokens / event}
+	if tokens < capacity {
+		d.resetBefore = lag + ceilDiv(capacity-tokens, rate)
+	}
 	if tokens < need {
-		d.retry = ceilDiv(need-tokens, rate)
+		d.retry = lag + ceilDiv(need-tokens, rate)
 		return d
 	}
 	d.ok, d.after = true, d.avail-n
-	d.resetAfter = ceilDiv(capacity-(tokens-need), rate)
+	d.resetAfter = lag + ceilDiv(capacity-(tokens-need), rate)
 	d.next = localState{t: now, v: tokens - need}
 	return d
 }
 
 func gcra(s *localState, now, rate, event, capacity, n int64) decision {
 	var debt int64
-	if s.present && s.t >= now {
-		if s.t-now > ceilDiv(capacity, rate) {
-			debt = capacity
-		} else {
-			debt = min((s.t-now)*rate+s.v, capacity)
-		}
-	}
 	need := n * event
+	if s.present && s.t >= now {
+		ahead := s.t - now
+		if ahead > ceilDiv(capacity, rate) || ahead*rate+s.v > capacity {
+			// The clock stepped back: denied, with the exact wait (see gcra.lua).
+			d := decision{resetBefore: ahead + ceilDiv(s.v, rate)}
+			if x := s.v + need - capacity; x >= 0 {
+				d.retry = ahead + ceilDiv(x, rate)
+			} else {
+				d.retry = ahead - (-x)/rate
+			}
+			return d
+		}
+		debt = ahead*rate + s.v
+	}
 	d := decision{avail: (capacity - debt) / event, resetBefore: ceilDiv(debt, rate)}
 	if debt+need > capacity {
 		d.retry = ceilDiv(debt+need-capacity, rate)

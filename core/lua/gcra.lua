@@ -12,22 +12,29 @@
 -- Returns the common shape (prelude.lua).
 local function gcra(key, now, rate, event, cap, n)
   local debt = 0 -- TAT − now, in units
+  local need = n * event
   local v = call('GET', key)
   if v then
     local tat, rem = match(v, '^(%d+):(%d+)$')
     tat = tonumber(tat)
     if tat and tat >= now then
-      if tat - now > ceildiv(cap, rate) then -- the clock stepped back
-        debt = cap
-      else
-        debt = (tat - now) * rate + tonumber(rem)
-        if debt > cap then
-          debt = cap
+      rem = tonumber(rem)
+      local ahead = tat - now
+      -- More debt than the burst holds: the clock stepped back. Denied,
+      -- with the exact wait (the first test keeps ahead × rate small).
+      if ahead > ceildiv(cap, rate) or ahead * rate + rem > cap then
+        local x = rem + need - cap -- admitted r ticks on, once (ahead - r) × rate <= -x
+        local retry
+        if x >= 0 then
+          retry = ahead + ceildiv(x, rate)
+        else
+          retry = ahead - idiv(-x, rate)
         end
+        return false, 0, retry, ahead + ceildiv(rem, rate), 0, 0, nil
       end
+      debt = ahead * rate + rem
     end
   end
-  local need = n * event
   local avail = idiv(cap - debt, event)
   local reset_before = ceildiv(debt, rate)
   if debt + need > cap then

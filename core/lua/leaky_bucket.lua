@@ -38,6 +38,7 @@ end
 -- a function of its own, not a closure made anew for every decision.)
 local function leaky_bucket(key, now, rate, event, cap, n, _, maxdelay)
   local level = 0
+  local lag = 0 -- ticks from now to the last update, when the clock stepped back
   local v = call('GET', key)
   local t, l
   if v then
@@ -45,8 +46,9 @@ local function leaky_bucket(key, now, rate, event, cap, n, _, maxdelay)
     t = tonumber(t)
   end
   if t then
-    if now < t then -- the clock stepped back: time does not run backwards here
-      now = t
+    if now < t then -- the clock stepped back: time does not run backwards here,
+      lag = t - now -- and the meter drains from then on (delay is not
+      now = t       -- stretched by it: traffic must not stall on a clock)
     end
     level = tonumber(l)
     local elapsed = now - t
@@ -59,6 +61,10 @@ local function leaky_bucket(key, now, rate, event, cap, n, _, maxdelay)
   local need = n * event
   local avail = leaky_admissible(level, rate, event, cap, maxdelay)
   local wait = ceildiv(level, rate) -- for the events ahead to drain
+  local reset_before = 0
+  if level > 0 then
+    reset_before = lag + wait
+  end
   local over_cap = level + need > cap
   local over_delay = maxdelay >= 0 and wait > maxdelay
   if over_cap or over_delay then
@@ -69,9 +75,9 @@ local function leaky_bucket(key, now, rate, event, cap, n, _, maxdelay)
     if over_delay and wait - maxdelay > retry then
       retry = wait - maxdelay
     end
-    return false, avail, retry, wait, 0, 0, nil
+    return false, avail, lag + retry, reset_before, 0, 0, nil
   end
   local after = level + need
-  local reset_after = ceildiv(after, rate)
-  return true, avail, 0, wait, reset_after, wait, format('%d:%d', now, after), leaky_admissible(after, rate, event, cap, maxdelay)
+  local reset_after = lag + ceildiv(after, rate)
+  return true, avail, 0, reset_before, reset_after, wait, format('%d:%d', now, after), leaky_admissible(after, rate, event, cap, maxdelay)
 end

@@ -12,6 +12,7 @@
 -- Returns the common shape (prelude.lua).
 local function token_bucket(key, now, rate, event, cap, n)
   local tokens = cap
+  local lag = 0 -- ticks from now to the last update, when the clock stepped back
   local v = call('GET', key)
   local t, k
   if v then
@@ -19,7 +20,8 @@ local function token_bucket(key, now, rate, event, cap, n)
     t = tonumber(t)
   end
   if t then
-    if now < t then -- the clock stepped back: time does not run backwards here
+    if now < t then -- the clock stepped back: time does not run backwards here,
+      lag = t - now -- and what is reported is counted from now
       now = t
     end
     tokens = tonumber(k)
@@ -32,11 +34,14 @@ local function token_bucket(key, now, rate, event, cap, n)
   end
   local need = n * event
   local avail = idiv(tokens, event)
-  local reset_before = ceildiv(cap - tokens, rate)
+  local reset_before = 0
+  if tokens < cap then
+    reset_before = lag + ceildiv(cap - tokens, rate)
+  end
   if tokens < need then
-    return false, avail, ceildiv(need - tokens, rate), reset_before, 0, 0, nil
+    return false, avail, lag + ceildiv(need - tokens, rate), reset_before, 0, 0, nil
   end
   local left = tokens - need
-  local reset_after = ceildiv(cap - left, rate)
+  local reset_after = lag + ceildiv(cap - left, rate)
   return true, avail, 0, reset_before, reset_after, 0, format('%d:%d', now, left)
 end
