@@ -161,3 +161,85 @@ func compareTwin(t *testing.T, rng *rand.Rand, rules []Rule, opts []Option, step
 		}
 	}
 }
+
+// Several requests in one script call, as the batcher sends them (the same
+// key more than once, Allow, AllowN and Peek mixed, with and without a
+// cost argument each), are decided in order at one instant: each answer
+// equals the twin's, fed the same requests one after another.
+func TestTwinMatchesBatchedScriptCalls(t *testing.T) {
+	seeds, batches := 24, 60
+	if testing.Short() {
+		seeds, batches = 8, 30
+	}
+	ctx := context.Background()
+	stats := map[Algorithm]int{} // answers per first rule's algorithm and outcome
+	for seed := 1; seed <= seeds; seed++ {
+		rng := rand.New(rand.NewSource(int64(1000 + seed)))
+		var rules []Rule
+		for i := 0; i < 1+rng.Intn(2); i++ {
+			alg := Algorithms[(seed+i)%len(Algorithms)]
+			rules = append(rules, Rule{Name: fmt.Sprintf("r%d", i), Algorithm: alg, Limit: randomLimit(rng, alg)})
+		}
+		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) {
+			clk, lim, twin := withTwin(t, rules...)
+			client := lim.batch.client
+			loadScript(t, client)
+			capacity := lim.rules[0].capacity
+			for _, r := range lim.rules {
+				capacity = min(capacity, r.capacity)
+			}
+			width := 1 + 5*len(lim.rules)
+			for b := 0; b < batches; b++ {
+				clk.advance(randomStep(rng, rules[0].Limit))
+				type request struct {
+					key     string
+					consume bool
+					n       int
+				}
+				var reqs []request
+				g := &scriptGroup{}
+				for i := 0; i < 1+rng.Intn(6); i++ {
+					r := request{key: []string{"a", "b", "c"}[rng.Intn(3)], consume: rng.Intn(4) > 0, n: 1}
+					if r.consume && rng.Intn(3) == 0 {
+						r.n = 1 + rng.Intn(capacity)
+					}
+					reqs = append(reqs, r)
+					c := &call{keys: lim.keys(r.key), args: appendArgs(nil, r.consume, r.n), unit: r.consume && r.n == 1}
+					g.calls = append(g.calls, c)
+				}
+				g.build(ctx, lim.batch.ruleArgs)
+				reply, err := client.Do(ctx, g.args...).Slice()
+				if err != nil {
+					t.Fatalf("batch %d: %v", b, err)
+				}
+				for i, r := range reqs {
+					var v []int64
+					if v, reply, err = parseReply(reply, width, nil); err != nil {
+						t.Fatalf("batch %d, request %d: %v", b, i, err)
+					}
+					got := buildResult(lim.rules, v)
+					var want Result
+					if r.consume {
+						want, _ = twin.AllowN(clk.now, r.key, r.n)
+					} else {
+						want = twin.Peek(clk.now, r.key)
+					}
+					if !reflect.DeepEqual(got, want) {
+						t.Fatalf("batch %d (t+%s), request %d of %d %+v: rules %v\nscript %+v\ntwin   %+v",
+							b, clk.now.Sub(start), i, len(reqs), r, rules, got, want)
+					}
+					if got.Allowed {
+						stats[rules[0].Algorithm+"/allowed"]++
+					} else {
+						stats[rules[0].Algorithm+"/denied"]++
+					}
+				}
+			}
+		})
+	}
+	for _, alg := range Algorithms {
+		if stats[alg+"/allowed"] < 20 || stats[alg+"/denied"] < 5 {
+			t.Errorf("%s: too few answers compared: %v", alg, stats)
+		}
+	}
+}
