@@ -46,9 +46,13 @@ local function leaky_bucket(key, now, rate, event, cap, n, _, maxdelay)
     t = tonumber(t)
   end
   if t then
-    if now < t then -- the clock stepped back: time does not run backwards here,
-      lag = t - now -- and the meter drains from then on (delay is not
-      now = t       -- stretched by it: traffic must not stall on a clock)
+    if now < t then
+      -- The clock stepped back: time does not run backwards here. The meter
+      -- drains from t on, so RetryAfter, ResetAfter and the TTL count lag
+      -- more; an admitted request's delay does not (traffic must not stall
+      -- on a clock).
+      lag = t - now
+      now = t
     end
     level = tonumber(l)
     local elapsed = now - t

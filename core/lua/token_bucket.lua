@@ -20,8 +20,11 @@ local function token_bucket(key, now, rate, event, cap, n)
     t = tonumber(t)
   end
   if t then
-    if now < t then -- the clock stepped back: time does not run backwards here,
-      lag = t - now -- and what is reported is counted from now
+    if now < t then
+      -- The clock stepped back: time does not run backwards here. The
+      -- bucket refills from t on, so RetryAfter, ResetAfter and the TTL
+      -- count lag more.
+      lag = t - now
       now = t
     end
     tokens = tonumber(k)
