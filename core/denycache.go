@@ -96,8 +96,10 @@ func (c *denyCache) get(key string, n int, now time.Time) (Result, bool) {
 // answers this cost already, and callers that reached Redis together get
 // denials a few microseconds apart; replacing one by another would make
 // RetryAfter jump back up. A denial of a smaller cost replaces an entry of
-// a larger one, since it answers more requests. The entry keeps a copy of
-// res's Rules: the caller's Result is its own to change.
+// a larger one, since it answers more requests (the larger cost's answers
+// then move by at most a request's latency, the two countdowns having
+// started from different requests). The entry keeps a copy of res's Rules:
+// the caller's Result is its own to change.
 //
 // resets is the count of Resets read before the request was sent: if a
 // Reset happened since, the denial may predate it and is not cached.
