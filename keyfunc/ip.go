@@ -336,14 +336,15 @@ func newTrustSet(caller string, prefixes []netip.Prefix) trustSet {
 		if !p.IsValid() {
 			panic(fmt.Sprintf("keyfunc: %s: invalid trusted proxy prefix %v", caller, p))
 		}
-		if p.Bits() == 0 {
+		q := p
+		if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
+			q = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
+		}
+		if q.Bits() == 0 { // ::/0, 0.0.0.0/0, or ::ffff:0:0/96, which is 0.0.0.0/0
 			panic(fmt.Sprintf("keyfunc: %s: trusting every address (%v) lets every client choose its key; "+
 				"list your proxies' networks, or use ForwardedForHops for a fixed number of proxies", caller, p))
 		}
-		if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
-			p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
-		}
-		t = append(t, p.Masked())
+		t = append(t, q.Masked())
 	}
 	return t
 }

@@ -22,6 +22,8 @@ func TestParsePrefixes(t *testing.T) {
 		{in: []string{"10.0.0.0/33"}, wantErr: true},
 		{in: []string{"0.0.0.0/0"}, wantErr: true},
 		{in: []string{"10.0.0.0/8", "::/0"}, wantErr: true},
+		{in: []string{"::ffff:0.0.0.0/96"}, wantErr: true}, // every IPv4 address, mapped
+		{in: []string{"::ffff:10.0.0.0/104"}, want: "[::ffff:10.0.0.0/104]"},
 	} {
 		t.Run(fmt.Sprint(tc.in), func(t *testing.T) {
 			got, err := ParsePrefixes(tc.in...)
