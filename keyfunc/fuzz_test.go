@@ -414,10 +414,18 @@ func unjoin(k string) []string {
 }
 
 func FuzzJoin(f *testing.F) {
-	f.Add("a", "b", "a|b", "")
+	f.Add("a", "b|c", "a|b", "c")
 	f.Add(`a\`, "|b", `a\|`, "b")
-	f.Add("join:x", "y", "join:x|y", "")
+	f.Add("join:x", "y", "join:x|y", "z")
+	f.Add("a", "b", "a|b", "") // an empty part
 	f.Fuzz(func(t *testing.T, a, b, c, d string) {
+		if a == "" || b == "" || c == "" || d == "" {
+			// An empty part is an ErrNoKey, never a key (TestJoinIsInjective).
+			if _, err := Join(constKey(a), constKey(b), constKey(c), constKey(d))(nil); !errors.Is(err, ErrNoKey) {
+				t.Fatalf("(%q, %q, %q, %q): %v; want ErrNoKey", a, b, c, d, err)
+			}
+			return
+		}
 		ab, _ := Join(constKey(a), constKey(b))(nil)
 		cd, _ := Join(constKey(c), constKey(d))(nil)
 		single, _ := Join(constKey(a))(nil)

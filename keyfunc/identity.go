@@ -17,11 +17,16 @@ import (
 //
 // A client chooses the value of any header it sends: a fresh value is a
 // fresh key, with its own fresh budget. Key by a header only when the value
-// is verified (an API key checked by the service, ideally before limiting;
-// then User is often the better key), or combine it with FirstOf so that
-// anonymous requests are limited by client IP:
+// is verified: an API key checked (and an unknown one rejected) before the
+// limiter runs, in which case User is often the better key. FirstOf limits
+// requests without the header by client IP:
 //
 //	keyfunc.FirstOf(keyfunc.Header("X-API-Key"), keyfunc.RemoteIP())
+//
+// but a client sending made-up keys never reaches the IP alternative, so
+// when keys are not checked first, put a limiter keyed by client IP in front
+// of the one keyed by API key: guessing keys then costs the guesser's own
+// budget.
 //
 // The value is always hashed: "hdr#x-api-key:" followed by 32 hex digits of
 // its SHA-256. Header values are often secrets, and a key name in Redis is

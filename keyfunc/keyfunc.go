@@ -149,6 +149,10 @@ func isPlain(v string) bool {
 	return true
 }
 
+// errEmptyPart is Join's error for a part whose Func returned an empty key
+// without an error.
+var errEmptyPart = &KeyError{Source: "join", Err: detail(ErrNoKey, "a part's key is empty")}
+
 // Join returns a Func whose key combines the keys of all fs, in order, such
 // as the authenticated user and the route:
 //
@@ -158,7 +162,9 @@ func isPlain(v string) bool {
 // '|' inside a part are escaped with a '\'. Different tuples of parts thus
 // never produce the same key, whatever the parts contain. If any Func fails,
 // Join returns its error unchanged (a missing part is not skipped: that
-// would merge "alice on /a" with "alice anywhere").
+// would merge "alice on /a" with "alice anywhere"). A Func of your own that
+// returns an empty key without an error is taken as ErrNoKey too, for the
+// same reason.
 //
 // Join panics if fs is empty or holds a nil Func.
 func Join(fs ...Func) Func {
@@ -170,6 +176,9 @@ func Join(fs ...Func) Func {
 			k, err := f(r)
 			if err != nil {
 				return "", err
+			}
+			if k == "" { // a Func of the caller's: no identity, not a shared one
+				return "", errEmptyPart
 			}
 			if i > 0 {
 				b.WriteByte('|')
@@ -201,8 +210,9 @@ func writeEscaped(b *strings.Builder, s string) {
 //
 //	keyfunc.FirstOf(keyfunc.Header("X-API-Key"), keyfunc.RemoteIP())
 //
-// limits by API key when the header is present and by client IP otherwise.
-// Any other error (a garbage address from a trusted proxy, a malformed
+// limits by API key when the header is present and by client IP otherwise
+// (a header the client can fill with anything: see Header for why an
+// unchecked API key needs a per-IP limiter in front). Any other error (a garbage address from a trusted proxy, a malformed
 // header) is returned at once and does not fall through: a client must not be
 // able to pick the strategy that suits it by sending a broken value. When
 // every Func reports ErrNoKey, FirstOf returns the last of those errors.

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -28,6 +29,9 @@ func TestJoin(t *testing.T) {
 		{name: "user and route", req: r, wantKey: "join:user:alice|route:GET /reports"},
 		{name: "missing part is an error", req: withUser("alice"), wantErr: ErrNoKey},
 	})
+	runKeyCases(t, Join(constKey(""), RemoteIP()), []keyCase{
+		{name: "a part of your own with an empty key", req: newRequest("203.0.113.7:1"), wantErr: ErrNoKey},
+	})
 	runKeyCases(t, Join(RemoteIP()), []keyCase{
 		{name: "one part", req: newRequest("203.0.113.7:1"), wantKey: "join:ip:203.0.113.7"},
 		{name: "bad part", req: newRequest("@"), wantErr: ErrInvalidAddress},
@@ -47,6 +51,14 @@ func TestJoinIsInjective(t *testing.T) {
 			fs[i] = constKey(p)
 		}
 		k, err := Join(fs...)(nil)
+		if slices.Contains(parts, "") {
+			// An empty part is no identity: never a key shared by all
+			// that lack it.
+			if !errors.Is(err, ErrNoKey) {
+				t.Errorf("%q: got %q, %v; want ErrNoKey", parts, k, err)
+			}
+			continue
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
