@@ -120,7 +120,9 @@ func TestRouteKeyMounting(t *testing.T) {
 		{"POST", "/login", []string{"route:POST /login", "route:POST /login"}},
 		{"GET", "/handler/9", []string{"route:GET /handler/{id}", "route:GET /handler/{id}"}},
 		{"GET", "/static/files/a/b.css", []string{"route:GET /static/files/*"}},
-		{"GET", "/missing", []string{"route:GET "}},
+		{"GET", "/missing", []string{"route:(no route)"}},
+		{"XYZ1", "/missing", []string{"route:(no route)"}},
+		{"XYZ2", "/api/users/7", []string{"route:(no route)"}}, // a made-up method matches no route
 	} {
 		keys = nil
 		rec := httptest.NewRecorder()

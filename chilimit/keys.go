@@ -20,7 +20,8 @@ import (
 // root router (chi's Routes.Find, which descends into mounted sub-routers)
 // and gets the full pattern wherever the middleware is mounted: r.Use on the
 // root router, r.Use inside r.Route or r.Group, r.With, or around a single
-// handler. Requests that match no route share one key per method. Outside a
+// handler. Requests that match no route share one key, "route:(no route)",
+// and a method other than the standard ones counts as "OTHER". Outside a
 // chi router there is no pattern: a key error (keyfunc.ErrNoKey), handled by
 // the key-error policy (see WithKey).
 func RouteKey(with ...keyfunc.Func) keyfunc.Func {
@@ -50,5 +51,5 @@ func pattern(r *http.Request) string {
 	if path == "" {
 		path = "/"
 	}
-	return method + " " + rctx.Routes.Find(chi.NewRouteContext(), method, path)
+	return flow.Route(method, rctx.Routes.Find(chi.NewRouteContext(), method, path))
 }

@@ -30,7 +30,9 @@ func WithEchoKey(f func(echo.Context) (string, error)) Option {
 // with, the key joins them (as keyfunc.Join does), so
 // RouteKey(keyfunc.RemoteIP()) limits each client per route. Echo routes
 // before the middleware of e.Use, a group or a route runs, so RouteKey works
-// there; under e.Pre the route is not known yet. Use it with WithEchoKey.
+// there; under e.Pre the route is not known yet. Requests that match no
+// route share one key, "route:(no route)", and a method other than the
+// standard ones counts as "OTHER". Use it with WithEchoKey.
 func RouteKey(with ...keyfunc.Func) func(echo.Context) (string, error) {
 	key := flow.ContextRouteKey(with)
 	return func(c echo.Context) (string, error) { return key(c.Request(), c.Path()) }

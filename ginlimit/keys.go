@@ -30,7 +30,9 @@ func WithGinKey(f func(*gin.Context) (string, error)) Option {
 // with, the key joins them (as keyfunc.Join does), so
 // RouteKey(keyfunc.RemoteIP()) limits each client per route. Gin routes
 // before any middleware runs, so RouteKey works with r.Use as well as on a
-// group or a route. Requests that match no route share one key per method.
+// group or a route. Requests that match no route share one key,
+// "route:(no route)", and a method other than the standard ones counts as
+// "OTHER".
 // Use it with WithGinKey.
 func RouteKey(with ...keyfunc.Func) func(*gin.Context) (string, error) {
 	key := flow.ContextRouteKey(with)

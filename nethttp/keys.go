@@ -17,7 +17,8 @@ import (
 // Inside mux (a middleware wrapping a registered handler) the pattern is
 // r.Pattern. Around mux (wrapping the whole mux) it is found with
 // mux.Handler(r); mux may be nil when the middleware only wraps handlers.
-// Requests that match no pattern share one key per method.
+// Requests that match no pattern share one key, "route:(no route)", and a
+// method other than the standard ones counts as "OTHER".
 func RouteKey(mux *http.ServeMux, with ...keyfunc.Func) keyfunc.Func {
 	return flow.RouteKey(func(r *http.Request) string {
 		pattern := r.Pattern

@@ -174,6 +174,28 @@ func TestContextRouteKey(t *testing.T) {
 }
 
 // TestNewNeverPanics: New takes any options, nil ones included.
+// A route key's method is one of ten, and requests that match no route
+// share one key: a client cannot make up methods for fresh budgets.
+func TestRouteMethods(t *testing.T) {
+	for _, c := range []struct{ method, pattern, want string }{
+		{"GET", "/users/:id", "GET /users/:id"},
+		{"PATCH", "/users/:id", "PATCH /users/:id"},
+		{"OPTIONS", "/x", "OPTIONS /x"},
+		{"XYZ1", "/x", "OTHER /x"},
+		{"get", "/x", "OTHER /x"}, // methods are case-sensitive
+		{"GET", "", NoRoute},
+		{"XYZ1", "", NoRoute},
+	} {
+		if got := Route(c.method, c.pattern); got != c.want {
+			t.Errorf("Route(%q, %q) = %q; want %q", c.method, c.pattern, got, c.want)
+		}
+	}
+	r := httptest.NewRequest("XYZ1", "/nowhere", nil)
+	if key, err := ContextRouteKey(nil)(r, ""); key != "route:(no route)" || err != nil {
+		t.Errorf("unmatched request: %q, %v", key, err)
+	}
+}
+
 func TestNewNeverPanics(t *testing.T) {
 	f := New[Option](nil, []Option{nil, WithKey(nil), WithDenyHandler(nil), WithErrorHandler(nil),
 		WithContextKey(nil), WithTimeout(-1), WithMaxDelay(-1), WithCost(nil), WithSkip(nil)})

@@ -7,11 +7,35 @@ import (
 	"github.com/sluicehq/sluice/keyfunc"
 )
 
-// RoutePattern returns "<METHOD> <pattern>", the route part of a route key.
-// Requests that match no route have the empty pattern and so share one key
-// per method; a key error there would report every 404.
+// RoutePattern returns "<METHOD> <pattern>", the route part of a route key
+// (see Route).
 func RoutePattern(r *http.Request, pattern string) string {
-	return r.Method + " " + pattern
+	return Route(r.Method, pattern)
+}
+
+// NoRoute is the route of requests that match no route: they share one key
+// whatever their method and path (a key error there would report every
+// 404, and a key per method would let a client make up methods for fresh
+// budgets).
+const NoRoute = "(no route)"
+
+// Route returns "<METHOD> <pattern>" for a request of method matching
+// pattern, or NoRoute when pattern is empty. A method other than the nine
+// of RFC 9110 and PATCH becomes "OTHER": a route that accepts any method
+// (chi's HandleFunc, Gin's and Echo's Any, a ServeMux pattern without a
+// method) then has at most ten budgets per key, not one for every method a
+// client makes up.
+func Route(method, pattern string) string {
+	if pattern == "" {
+		return NoRoute
+	}
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace:
+	default:
+		method = "OTHER"
+	}
+	return method + " " + pattern
 }
 
 // RouteKey returns a key function of the route that pattern extracts:
