@@ -110,7 +110,11 @@ func (g IPv6Grouping) remoteIP(w *forwardingWarning) Func {
 // was written by the client or by proxies nobody vouches for and is never
 // looked at, so a spoofed leftmost address changes nothing. If every address
 // is trusted, the request came from inside the trusted networks and the
-// leftmost address is the client.
+// leftmost address is the client. A trusted peer that sends no
+// X-Forwarded-For at all (its own health checks, say) is the client: it is
+// keyed by its address, with no error. Make sure your proxy always sets the
+// header (and never drops it on a client's Connection header), or every
+// such request shares the proxy's key.
 //
 // An element that is not an IP address, met during the walk, is an
 // ErrInvalidAddress (it was written by a trusted proxy, which is then
