@@ -126,10 +126,11 @@ func WithFailureMode(m core.FailureMode) Option { return flow.WithFailureMode(m)
 func WithDenyCache(size int) Option { return flow.WithDenyCache(size) }
 
 // WithShadow decides, counts and reports, but never denies: for rolling out
-// a new limit. Requests the limit would deny are served; no rate-limit
-// headers are written, so clients see nothing of the limit yet. Observers
-// (core.WithObserver, through WithLimiterOptions) see the would-be denials
-// with Event.Shadow set.
+// a new limit. Requests the limit would deny are served, and so are those
+// WithKeyErrorReject or a failing-closed missing limiter would refuse (the
+// error is reported); no rate-limit headers are written, so clients see
+// nothing of the limit yet. Observers (core.WithObserver, through
+// WithLimiterOptions) see the would-be denials with Event.Shadow set.
 func WithShadow() Option { return flow.WithShadow() }
 
 // WithLimiterOptions passes core options to the limiter an algorithm

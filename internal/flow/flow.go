@@ -275,6 +275,10 @@ func (f *Flow) Admit(w http.ResponseWriter, r *http.Request, rc any) bool {
 		}
 	}
 	if l == nil {
+		if c.Shadow { // shadow mode never denies: report and serve
+			c.OnError(r, ErrNoLimiter)
+			return true
+		}
 		return f.fail(w, r, ErrNoLimiter, false)
 	}
 	key, ok := f.key(w, r, rc)
@@ -298,8 +302,13 @@ func (f *Flow) Admit(w http.ResponseWriter, r *http.Request, rc any) bool {
 		return true
 	}
 	if err != nil {
-		if r.Context().Err() != nil {
+		switch ctxErr := r.Context().Err(); {
+		case errors.Is(ctxErr, context.Canceled):
 			return false // the client has gone: nobody to answer
+		case ctxErr != nil:
+			// The request's own deadline (set by a middleware before this
+			// one) passed while Redis decided: too late to serve it.
+			return f.late(w, r, fmt.Errorf("sluice: the request's deadline passed during the rate-limit decision: %w", err))
 		}
 		if errors.Is(err, core.ErrCostExceedsLimit) {
 			c.OnError(r, err)
@@ -319,6 +328,12 @@ func (f *Flow) Admit(w http.ResponseWriter, r *http.Request, rc any) bool {
 	if res.Allowed && res.Delay > c.MaxDelay {
 		res = overDelay(res, c.MaxDelay)
 	}
+	if res.ShadowDenied {
+		// A limiter built with core.WithShadow: served, and, as in this
+		// package's shadow mode, nothing told to the client (headers saying
+		// r=0 would make it back off from a limit nobody enforces).
+		return true
+	}
 	setHeaders(w.Header(), c.Headers, res, f.policy(l, res), time.Now())
 	if !res.Allowed {
 		w.Header().Set(headerRetryAfter, itoa(RetryAfterSeconds(res)))
@@ -326,11 +341,29 @@ func (f *Flow) Admit(w http.ResponseWriter, r *http.Request, rc any) bool {
 		return false
 	}
 	if res.Delay > 0 {
+		if d, ok := r.Context().Deadline(); ok && time.Until(d) < res.Delay {
+			// Its turn comes after the request's own deadline: answer now
+			// rather than hold it for nothing. (Its place in the bucket is
+			// taken: Redis has counted it.)
+			return f.late(w, r, fmt.Errorf("sluice: the request's deadline comes before its turn, %s from now", res.Delay))
+		}
 		if err := c.Sleep(r.Context(), res.Delay); err != nil {
-			return false // the client gave up while held
+			if errors.Is(err, context.Canceled) {
+				return false // the client gave up while held
+			}
+			return f.late(w, r, fmt.Errorf("sluice: the request's deadline passed while it waited its turn: %w", err))
 		}
 	}
 	return true
+}
+
+// late answers 503 to a request whose own deadline ends before it can be
+// served (set by a middleware before this one, such as a timeout), and
+// reports err: writing nothing would leave an empty 200.
+func (f *Flow) late(w http.ResponseWriter, r *http.Request, err error) bool {
+	f.cfg.OnError(r, err)
+	http.Error(w, "Service Unavailable: request deadline exceeded", http.StatusServiceUnavailable)
+	return false
 }
 
 // key returns the key of r, or writes the rejection and returns false.
@@ -344,7 +377,7 @@ func (f *Flow) key(w http.ResponseWriter, r *http.Request, rc any) (string, bool
 		err = errors.New("the key function returned an empty key")
 	}
 	c.OnError(r, fmt.Errorf("%w: %w", ErrKey, err))
-	if c.KeyErrorReject {
+	if c.KeyErrorReject && !c.Shadow { // shadow mode never denies
 		http.Error(w, "Bad Request: cannot identify the client for rate limiting", http.StatusBadRequest)
 		return "", false
 	}

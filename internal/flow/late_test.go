@@ -1,0 +1,107 @@
+package flow
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/core"
+)
+
+// miniLimiter returns a limiter on a miniredis of its own.
+func miniLimiter(t *testing.T, alg core.Algorithm, l core.Limit, opts ...core.Option) *core.Limiter {
+	t.Helper()
+	m := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { c.Close() })
+	lim, err := core.New(c, alg, l, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lim
+}
+
+// errs counts the calls of the error hook.
+type errs struct{ n atomic.Int32 }
+
+func (e *errs) hook(*http.Request, error) { e.n.Add(1) }
+func (e *errs) count() int                { return int(e.n.Load()) }
+
+// admit runs one request through f with ctx, and returns the response and
+// whether the next handler would run.
+func admit(f *Flow, ctx context.Context) (*httptest.ResponseRecorder, bool) {
+	rec := httptest.NewRecorder()
+	return rec, f.Admit(rec, httptest.NewRequest("GET", "/", nil).WithContext(ctx), nil)
+}
+
+// A request whose own deadline (set by an earlier middleware) passes while
+// Redis decides, or before its LeakyBucket turn, is answered 503 and
+// reported: not left an empty 200 without being served. A request whose
+// client has gone is answered nothing.
+func TestRequestDeadline(t *testing.T) {
+	bg := context.Background()
+	past, cancel := context.WithDeadline(bg, time.Now().Add(-time.Second))
+	defer cancel()
+	gone, stop := context.WithCancel(bg)
+	stop()
+
+	log := &errs{}
+	f := New(miniLimiter(t, core.GCRA, core.PerMinute(10)), []Option{WithErrorHandler(log.hook)})
+	if rec, next := admit(f, past); next || rec.Code != http.StatusServiceUnavailable || log.count() != 1 {
+		t.Errorf("deadline passed during the decision: next %v, status %d, %d error(s) reported; want 503 and one", next, rec.Code, log.count())
+	}
+	if rec, next := admit(f, gone); next || rec.Body.Len() != 0 || len(rec.Header()) != 0 || log.count() != 1 {
+		t.Errorf("client gone: next %v, %q %v written, %d error(s); want nothing", next, rec.Body, rec.Header(), log.count())
+	}
+
+	held := 0
+	leaky := New(miniLimiter(t, core.LeakyBucket, core.Limit{Rate: 1, Period: time.Second, Burst: 5}),
+		[]Option{WithErrorHandler(log.hook), func(c *Config) {
+			c.Sleep = func(context.Context, time.Duration) error { held++; return nil }
+		}})
+	if _, next := admit(leaky, bg); !next {
+		t.Fatal("first request not admitted")
+	}
+	soon, cancel2 := context.WithTimeout(bg, 200*time.Millisecond)
+	defer cancel2()
+	// Its turn is a second away, past its deadline: answered at once.
+	if rec, next := admit(leaky, soon); next || rec.Code != http.StatusServiceUnavailable || held != 0 || log.count() != 2 {
+		t.Errorf("turn after the deadline: next %v, status %d, held %d times, %d error(s); want 503 at once, reported", next, rec.Code, held, log.count())
+	}
+	sleeper := New(miniLimiter(t, core.LeakyBucket, core.Limit{Rate: 1, Period: time.Second, Burst: 5}),
+		[]Option{WithErrorHandler(log.hook), func(c *Config) {
+			c.Sleep = func(context.Context, time.Duration) error { return context.DeadlineExceeded }
+		}})
+	admit(sleeper, bg)
+	if rec, next := admit(sleeper, bg); next || rec.Code != http.StatusServiceUnavailable || log.count() != 3 {
+		t.Errorf("deadline passed while held: next %v, status %d, %d error(s); want 503, reported", next, rec.Code, log.count())
+	}
+}
+
+// Shadow mode never denies: not for a key error with WithKeyErrorReject,
+// nor for a missing limiter when failing closed. A limiter built with
+// core.WithShadow tells the client nothing of a denial it does not enforce.
+func TestShadowNeverDenies(t *testing.T) {
+	log := &errs{}
+	noKey := WithKey(func(*http.Request) (string, error) { return "", errors.New("no key") })
+	f := New(miniLimiter(t, core.GCRA, core.PerMinute(1)), []Option{WithShadow(), WithKeyErrorReject(), noKey, WithErrorHandler(log.hook)})
+	if rec, next := admit(f, context.Background()); !next || rec.Code != http.StatusOK || log.count() != 1 {
+		t.Errorf("shadow mode, key error: next %v, status %d, %d error(s); want served, reported", next, rec.Code, log.count())
+	}
+	none := New(nil, []Option{WithShadow(), WithFailureMode(core.FailClosed), WithErrorHandler(log.hook)})
+	if rec, next := admit(none, context.Background()); !next || rec.Code != http.StatusOK || log.count() != 2 {
+		t.Errorf("shadow mode, no limiter: next %v, status %d, %d error(s); want served, reported", next, rec.Code, log.count())
+	}
+	shadowed := New(miniLimiter(t, core.GCRA, core.PerMinute(1), core.WithShadow()), []Option(nil))
+	admit(shadowed, context.Background())
+	if rec, next := admit(shadowed, context.Background()); !next || rec.Header().Get("RateLimit") != "" || rec.Header().Get("Retry-After") != "" {
+		t.Errorf("core shadow limiter, would-be denial: next %v, headers %v; want served without rate-limit headers", next, rec.Header())
+	}
+}
