@@ -9,8 +9,9 @@ import (
 )
 
 // RouteKey keys requests by the ServeMux pattern they match:
-// "route:<METHOD> <path pattern>", such as "route:GET /users/{id}" (a
-// method in the pattern itself is not repeated). With Funcs in with, the
+// "route:<METHOD> <path pattern>", such as "route:GET /users/{id}". A
+// pattern registered with a method keys by that method (a HEAD request that
+// "GET /x" serves shares its budget); one without keys by the request's. With Funcs in with, the
 // key joins them (keyfunc.Join), so RouteKey(mux, keyfunc.RemoteIP())
 // limits each client per route.
 //
@@ -25,8 +26,10 @@ func RouteKey(mux *http.ServeMux, with ...keyfunc.Func) keyfunc.Func {
 		if pattern == "" && mux != nil {
 			_, pattern = mux.Handler(r)
 		}
-		if i := strings.IndexAny(pattern, " \t"); i >= 0 { // "GET /x": keep "/x"
-			pattern = strings.TrimLeft(pattern[i:], " \t")
+		if i := strings.IndexAny(pattern, " \t"); i >= 0 {
+			// "GET /x": the method as registered, which also serves HEAD,
+			// so that HEAD and GET of a route share one budget.
+			return flow.Route(pattern[:i], strings.TrimLeft(pattern[i:], " \t"))
 		}
 		return flow.RoutePattern(r, pattern)
 	}, with)

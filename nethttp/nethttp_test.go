@@ -78,7 +78,8 @@ func TestMiddleware(t *testing.T) {
 }
 
 // TestRouteKeyInsideMux keys by r.Pattern when the middleware wraps the
-// handlers registered on the mux.
+// handlers registered on the mux, by the method the pattern was registered
+// with, if any.
 func TestRouteKeyInsideMux(t *testing.T) {
 	rdb := redistest.Client(t)
 	limit := nethttp.GCRA(rdb, core.PerMinute(1), nethttp.WithPrefix(flowtest.Prefix(t)),
@@ -91,6 +92,7 @@ func TestRouteKeyInsideMux(t *testing.T) {
 		want         int
 	}{
 		{"GET", "/users/1", 200}, {"GET", "/users/2", 429},
+		{"HEAD", "/users/3", 429}, // "GET /users/{id}" serves HEAD too: one budget
 		{"GET", "/items/1", 200}, {"GET", "/items/2", 429},
 		{"POST", "/items/3", 200}, {"POST", "/items/4", 429},
 	} {
