@@ -77,11 +77,17 @@ type health struct {
 	maxBackoff time.Duration
 	probe      func(context.Context) error
 	hook       func(Health, error)
+	onHealthy  func()     // called once Redis is back, before hook
+	hookMu     sync.Mutex // the hook sees the changes one at a time, in order
 
 	failures atomic.Int32
 	open     atomic.Bool
 	mu       sync.Mutex
 	lastErr  error // ErrUnavailable wrapping the last failure, built once per failure
+	// The pause the probes had reached when they last closed the breaker,
+	// and when: see firstBackoff.
+	lastBackoff time.Duration
+	closedAt    time.Time
 }
 
 func (h *health) unhealthy() bool { return h.open.Load() }
@@ -118,15 +124,36 @@ func (h *health) failure(err error) {
 	h.mu.Unlock()
 	if h.open.CompareAndSwap(false, true) {
 		if h.hook != nil {
+			h.hookMu.Lock()
 			h.hook(Unhealthy, err)
+			h.hookMu.Unlock()
 		}
 		go h.recover()
 	}
 }
 
+// minBackoff is the first pause of the probes.
+const minBackoff = 50 * time.Millisecond
+
+// firstBackoff is the first pause of a new round of probes at now. A
+// breaker reopened soon after the probes closed it (within a second, or
+// four of their last pauses) starts where they were, doubled: Redis answers
+// the probe's PING but not the decisions (NOREPLICAS, READONLY, or too
+// slowly for the timeout), and starting at 50ms again would open and close
+// the breaker twenty times a second, each time costing the decisions that
+// reopen it.
+func (h *health) firstBackoff(now time.Time) time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closedAt.IsZero() || now.Sub(h.closedAt) >= max(time.Second, 4*h.lastBackoff) {
+		return minBackoff
+	}
+	return min(2*h.lastBackoff, max(h.maxBackoff, minBackoff))
+}
+
 // recover probes until Redis answers, then closes the breaker.
 func (h *health) recover() {
-	backoff := 50 * time.Millisecond
+	backoff := h.firstBackoff(time.Now())
 	for {
 		// ±25% jitter, so instances do not probe in lockstep.
 		time.Sleep(backoff*3/4 + time.Duration(rand.Int64N(int64(backoff)/2+1)))
@@ -134,11 +161,22 @@ func (h *health) recover() {
 		err := h.probe(ctx)
 		cancel()
 		if err == nil {
+			h.mu.Lock()
+			h.lastBackoff, h.closedAt = backoff, time.Now()
+			h.mu.Unlock()
+			if h.onHealthy != nil {
+				h.onHealthy()
+			}
+			// Closed with the hook's lock held: a caller reopening the
+			// breaker meanwhile reports Unhealthy after this Healthy, not
+			// before it.
+			h.hookMu.Lock()
 			h.failures.Store(0)
 			h.open.Store(false)
 			if h.hook != nil {
 				h.hook(Healthy, nil)
 			}
+			h.hookMu.Unlock()
 			return
 		}
 		if errors.Is(err, redis.ErrClosed) {
@@ -147,7 +185,7 @@ func (h *health) recover() {
 		h.mu.Lock()
 		h.lastErr = &unavailableError{err}
 		h.mu.Unlock()
-		backoff = min(2*backoff, max(h.maxBackoff, 50*time.Millisecond))
+		backoff = min(2*backoff, max(h.maxBackoff, minBackoff))
 	}
 }
 

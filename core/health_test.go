@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -69,14 +70,7 @@ func TestTimeoutBoundsADecision(t *testing.T) {
 }
 
 func TestHealthBreakerOpensAndRecovers(t *testing.T) {
-	srv, err := redistest.Start(nil)
-	if err != nil {
-		if redistest.Required() {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
-	defer srv.Stop()
+	srv := redistest.StartT(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
 	defer c.Close()
 	var mu sync.Mutex
@@ -106,17 +100,7 @@ func TestHealthBreakerOpensAndRecovers(t *testing.T) {
 	if _, err := lim.Allow(ctx, "k"); !errors.Is(err, ErrUnavailable) {
 		t.Errorf("while unhealthy: %v, want ErrUnavailable", err)
 	}
-	if err := srv.Restart(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case h := <-changed:
-		if h != Healthy {
-			t.Fatalf("after restart: %v", h)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the probe never found Redis again")
-	}
+	restartUntilHealthy(t, srv, changed)
 	// Limiting resumes on the restarted, empty Redis, scripts reloaded.
 	for i := 4; i >= 0; i-- {
 		if r, err := lim.Allow(ctx, "k"); err != nil || r.Remaining != i {
@@ -180,5 +164,133 @@ func TestWaitWithFailLocal(t *testing.T) {
 	open := newOn(t, deadRedis(t), TokenBucket, PerSecond(1))
 	if err := open.Wait(context.Background(), "k"); err == nil {
 		t.Error("Wait on a dead Redis without FailLocal returned nil")
+	}
+}
+
+// The health hook sees the changes one at a time, in order: a caller that
+// reopens the breaker while the hook is told Healthy reports Unhealthy
+// after it, not before (a gauge fed by the hook would otherwise end on
+// healthy while the breaker is open).
+func TestHealthHookInOrder(t *testing.T) {
+	var mu sync.Mutex
+	var seen []Health
+	entered := make(chan struct{}, 10)
+	release := make(chan struct{})
+	h := &health{threshold: 1, probe: func(context.Context) error { return nil }}
+	h.hook = func(s Health, _ error) {
+		if s == Healthy {
+			entered <- struct{}{}
+			<-release // the hook of Healthy, held back at its start
+		}
+		mu.Lock()
+		seen = append(seen, s)
+		mu.Unlock()
+	}
+	h.failure(errors.New("down")) // opens; the probe answers and closes
+	<-entered
+	reopened := make(chan struct{})
+	go func() { h.failure(errors.New("down again")); close(reopened) }()
+	for !h.unhealthy() { // reopened; its hook comes next
+		runtime.Gosched()
+	}
+	time.Sleep(20 * time.Millisecond) // time for that hook to run, if nothing holds it
+	close(release)
+	<-reopened
+	var got string
+	for deadline := time.Now().Add(5 * time.Second); got == "" && time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		mu.Lock()
+		if len(seen) >= 3 {
+			got = fmt.Sprint(seen[:3])
+		}
+		mu.Unlock()
+	}
+	if got != "[unhealthy healthy unhealthy]" {
+		t.Errorf("the hook saw %s; want [unhealthy healthy unhealthy]", got)
+	}
+}
+
+// With FailLocal, the in-process twin decides while Redis is down and is
+// emptied once Redis is back (nothing decides with it then, and a Go map
+// never gives its memory back). A caller that gave up takes nothing from it.
+func TestFailLocalTwinAcrossAnOutage(t *testing.T) {
+	srv := redistest.StartT(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
+	defer c.Close()
+	changed := make(chan Health, 10)
+	lim := newOn(t, c, TokenBucket, PerMinute(5), WithFailureMode(FailLocal), WithHealthCheck(2, 100*time.Millisecond),
+		WithHealthHook(func(h Health, _ error) { changed <- h }))
+	twinKeys := func() int {
+		lim.local.mu.Lock()
+		defer lim.local.mu.Unlock()
+		return len(lim.local.keys)
+	}
+	ctx := context.Background()
+	canceled, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := lim.Allow(canceled, "gone"); err == nil || twinKeys() != 0 {
+		t.Errorf("a canceled caller: %v, %d key(s) in the twin; want its error and nothing taken", err, twinKeys())
+	}
+	srv.Stop()
+	for i := 0; i < 2; i++ {
+		lim.Allow(ctx, "k")
+	}
+	if h := <-changed; h != Unhealthy {
+		t.Fatalf("after 2 failures: %v", h)
+	}
+	for i := 0; i < 100; i++ {
+		if r, err := lim.Allow(ctx, fmt.Sprint("client-", i)); err == nil || !r.Allowed {
+			t.Fatalf("twin decision %d: %+v, %v", i, r, err)
+		}
+	}
+	if n := twinKeys(); n < 100 {
+		t.Fatalf("%d keys in the twin during the outage; want 100 or more", n)
+	}
+	restartUntilHealthy(t, srv, changed)
+	if n := twinKeys(); n != 0 {
+		t.Errorf("%d keys left in the twin once Redis is back; want 0", n)
+	}
+}
+
+// A breaker reopened soon after its probes closed it (Redis answers PING
+// but not the decisions) starts its pauses where they were, doubled, up to
+// the maximum; one reopened later starts again at 50ms.
+func TestBreakerBackoffAcrossReopenings(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	h := &health{maxBackoff: 400 * time.Millisecond}
+	for _, c := range []struct {
+		last, since, want time.Duration
+		what              string
+	}{
+		{0, 0, minBackoff, "never closed"},
+		{50 * time.Millisecond, 10 * time.Millisecond, 100 * time.Millisecond, "reopened at once"},
+		{100 * time.Millisecond, 900 * time.Millisecond, 200 * time.Millisecond, "reopened within a second"},
+		{400 * time.Millisecond, 10 * time.Millisecond, 400 * time.Millisecond, "at the maximum"},
+		{400 * time.Millisecond, 1500 * time.Millisecond, 400 * time.Millisecond, "within four pauses"},
+		{100 * time.Millisecond, 2 * time.Second, minBackoff, "reopened later"},
+	} {
+		h.lastBackoff, h.closedAt = c.last, time.Time{}
+		if c.last > 0 {
+			h.closedAt = now.Add(-c.since)
+		}
+		if got := h.firstBackoff(now); got != c.want {
+			t.Errorf("%s: first pause %v; want %v", c.what, got, c.want)
+		}
+	}
+}
+
+// restartUntilHealthy restarts srv and waits until the health hook feeding
+// changed reports Healthy.
+func restartUntilHealthy(t *testing.T, srv *redistest.Server, changed <-chan Health) {
+	t.Helper()
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case h := <-changed:
+		if h != Healthy {
+			t.Fatalf("after restart: %v", h)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the probe never found Redis again")
 	}
 }

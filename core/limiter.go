@@ -62,9 +62,11 @@ func New(client redis.UniversalClient, alg Algorithm, limit Limit, opts ...Optio
 func NewPolicy(client redis.UniversalClient, rules []Rule, opts ...Option) (*Limiter, error) {
 	o := defaultOptions()
 	for _, opt := range opts {
-		opt(&o)
+		if opt != nil {
+			opt(&o)
+		}
 	}
-	if client == nil {
+	if isNilClient(client) {
 		return nil, fmt.Errorf("%w: nil Redis client", ErrInvalidLimit)
 	}
 	if o.prefix == "" {
@@ -95,8 +97,25 @@ func NewPolicy(client redis.UniversalClient, rules []Rule, opts ...Option) (*Lim
 	}
 	if o.failure == FailLocal {
 		l.local = &Local{rules: compiled, keys: make(map[string][]localState)}
+		l.health.onHealthy = l.local.clear // its keys are of no use any more
 	}
 	return l, nil
+}
+
+// isNilClient reports whether client is nil, or a nil pointer of one of
+// go-redis's clients in the interface.
+func isNilClient(client redis.UniversalClient) bool {
+	switch c := client.(type) {
+	case nil:
+		return true
+	case *redis.Client:
+		return c == nil
+	case *redis.ClusterClient:
+		return c == nil
+	case *redis.Ring:
+		return c == nil
+	}
+	return false
 }
 
 // Rules returns the limiter's rules, with Burst filled in.
@@ -244,8 +263,13 @@ func (l *Limiter) decide(ctx context.Context, key string, consume bool, n int) (
 	// deadline) does not, or one impatient caller could take Redis out of
 	// service for everyone. (The deadline is checked, not only ctx.Err: an
 	// answer cut short at that deadline can arrive a moment before the
-	// context's own timer has ended it.)
-	if !gaveUp(ctx) && availability(err) {
+	// context's own timer has ended it.) Nor is anything taken from the
+	// in-process twin for such a caller: with FailLocal it gets the twin's
+	// view, unconsumed.
+	if gaveUp(ctx) {
+		return l.fallback(key, consume && l.local == nil, n, err)
+	}
+	if availability(err) {
 		l.health.failure(err)
 	}
 	return l.fallback(key, consume, n, err)

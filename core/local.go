@@ -78,6 +78,16 @@ func (l *Local) Reset(key string) {
 	l.mu.Unlock()
 }
 
+// clear forgets every key, and the memory they took (a Go map never
+// shrinks): for a limiter's twin once Redis is back, when nothing decides
+// with it any more.
+func (l *Local) clear() {
+	l.mu.Lock()
+	l.keys = make(map[string][]localState)
+	l.ops = 0
+	l.mu.Unlock()
+}
+
 // decide returns the reply policy.lua would return.
 func (l *Local) decide(now time.Time, key string, consume bool, n int) []int64 {
 	nowMicros := now.UnixMicro()
@@ -135,10 +145,13 @@ func (l *Local) decide(now time.Time, key string, consume bool, n int) []int64 {
 	return out
 }
 
-// sweep drops expired keys now and then, so idle keys do not pile up.
+// sweep drops expired keys now and then, so idle keys do not pile up: once
+// every max(1024, keys) decisions, so that its cost per decision stays
+// constant however many keys there are (the map holds at most the live keys
+// and those of the decisions since the last sweep).
 func (l *Local) sweep(nowMicros int64) {
 	l.ops++
-	if l.ops < 1024 && len(l.keys) < 1024 || l.ops < 64 {
+	if l.ops < max(1024, len(l.keys)) {
 		return
 	}
 	l.ops = 0

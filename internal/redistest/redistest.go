@@ -132,6 +132,18 @@ func FreePort() (int, error) {
 	return 0, fmt.Errorf("no free port below 55536")
 }
 
+// StartT starts a redis-server of t's own (one it may stop and restart),
+// stopped when t ends: skipped when there is none, failed under CI=true.
+func StartT(t testing.TB) *Server {
+	t.Helper()
+	srv, err := Start(nil)
+	if err != nil {
+		missing(t, err)
+	}
+	t.Cleanup(srv.Stop)
+	return srv
+}
+
 // Start starts a redis-server on a free loopback port with the extra
 // configuration args (pairs like "--appendonly", "no") and waits until it
 // answers PING.

@@ -92,14 +92,7 @@ type phase struct {
 }
 
 func TestSoak(t *testing.T) {
-	srv, err := redistest.Start(nil)
-	if err != nil {
-		if redistest.Required() {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
-	defer srv.Stop()
+	srv := redistest.StartT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer rdb.Close()
 
