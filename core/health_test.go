@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -292,5 +293,49 @@ func restartUntilHealthy(t *testing.T, srv *redistest.Server, changed <-chan Hea
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the probe never found Redis again")
+	}
+}
+
+// Shadow mode never denies nor makes wait: a LeakyBucket's Delay is 0, so
+// WaitN returns at once; and with Redis unreachable the request is
+// admitted whatever the failure mode, with the error.
+func TestShadowNeverDeniesNorWaits(t *testing.T) {
+	ctx := context.Background()
+	leaky := newOn(t, redistest.Client(t), LeakyBucket, Limit{Rate: 1, Period: time.Second, Burst: 5}, WithShadow(),
+		WithPrefix(fmt.Sprintf("shadow-wait-%d", time.Now().UnixNano())))
+	if err := leaky.Wait(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	soon, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if err := leaky.Wait(soon, "k"); err != nil {
+		t.Errorf("second Wait, its turn a second away: %v; want nil at once in shadow mode", err)
+	}
+	if r, err := leaky.Allow(ctx, "k"); err != nil || !r.Allowed || r.Delay != 0 {
+		t.Errorf("Allow in shadow mode: %+v %v; want admitted with no Delay", r, err)
+	}
+	for _, mode := range []FailureMode{FailClosed, FailLocal} {
+		lim := newOn(t, deadRedis(t), TokenBucket, PerMinute(1), WithShadow(), WithFailureMode(mode), WithHealthCheck(0, 0))
+		for i := 0; i < 3; i++ {
+			if r, err := lim.Allow(ctx, "k"); err == nil || !r.Allowed {
+				t.Errorf("%s, Redis unreachable, call %d: %+v %v; want admitted, with the error", mode, i, r, err)
+			}
+		}
+	}
+}
+
+// A LeakyBucket WaitN whose context ends while it waits its turn says that
+// it was counted.
+func TestWaitCanceledWhileHeldSaysCounted(t *testing.T) {
+	lim := newOn(t, redistest.Client(t), LeakyBucket, Limit{Rate: 1, Period: time.Second, Burst: 5},
+		WithPrefix(fmt.Sprintf("wait-held-%d", time.Now().UnixNano())))
+	if err := lim.Wait(context.Background(), "k"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(50*time.Millisecond, cancel)
+	err := lim.Wait(ctx, "k") // admitted, its turn a second away
+	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "counted") {
+		t.Errorf("canceled while held: %v; want context.Canceled, saying it was counted", err)
 	}
 }

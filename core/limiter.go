@@ -78,6 +78,12 @@ func NewPolicy(client redis.UniversalClient, rules []Rule, opts ...Option) (*Lim
 	if o.failure < FailOpen || o.failure > FailLocal {
 		return nil, fmt.Errorf("%w: unknown failure mode %d", ErrInvalidLimit, o.failure)
 	}
+	if o.failures < 0 || o.maxBackoff < 0 {
+		return nil, fmt.Errorf("%w: health check of %d failures, %s backoff: neither may be negative", ErrInvalidLimit, o.failures, o.maxBackoff)
+	}
+	if o.denyCache < 0 {
+		return nil, fmt.Errorf("%w: deny cache of %d keys: must not be negative (0 turns it off)", ErrInvalidLimit, o.denyCache)
+	}
 	compiled, err := compilePolicy(rules, o)
 	if err != nil {
 		return nil, err
@@ -172,9 +178,14 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int) (Result, error)
 		l.denied.put(key, n, res, start, resets)
 	}
 	shadow := false
-	if l.opts.shadow && !res.Allowed && err == nil {
-		res.Allowed, res.ShadowDenied, res.RetryAfter = true, true, 0
-		shadow = true
+	if l.opts.shadow {
+		// Never deny, nor make wait: not even when Redis cannot be asked
+		// and the failure mode would deny (the error is still returned).
+		res.Delay = 0
+		if !res.Allowed {
+			res.Allowed, res.ShadowDenied, res.RetryAfter = true, true, 0
+			shadow = err == nil
+		}
 	}
 	if l.opts.observer != nil {
 		ev := Event{Allowed: res.Allowed, Shadow: shadow, Rule: res.Rule, Err: err}
@@ -341,6 +352,9 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
 			return fmt.Errorf("sluice: WaitN(n=%d): admission in %s would exceed the context deadline: %w", n, wait, context.DeadlineExceeded)
 		}
 		if err := sleep(ctx, wait); err != nil {
+			if res.Allowed {
+				return fmt.Errorf("sluice: WaitN(n=%d): admitted and counted, but ctx ended before its turn: %w", n, err)
+			}
 			return err
 		}
 		if res.Allowed {

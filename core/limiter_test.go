@@ -122,6 +122,9 @@ func TestInvalidConfigurations(t *testing.T) {
 		{"refill beyond 35 years", []Rule{{Name: "a", Algorithm: TokenBucket, Limit: Limit{Rate: 1, Period: 24*time.Hour + time.Millisecond, Burst: 1_000_001}}}, nil, "too large"},
 		{"two windows beyond 35 years", []Rule{{Name: "a", Algorithm: SlidingWindowCounter, Limit: Limit{Rate: 1, Period: 18 * 366 * 24 * time.Hour}}}, nil, "too large"},
 		{"empty prefix", []Rule{ok}, []Option{WithPrefix("")}, "empty key prefix"},
+		{"negative health check", []Rule{ok}, []Option{WithHealthCheck(-5, 0)}, "neither may be negative"},
+		{"negative backoff", []Rule{ok}, []Option{WithHealthCheck(3, -time.Second)}, "neither may be negative"},
+		{"negative deny cache", []Rule{ok}, []Option{WithDenyCache(-1)}, "must not be negative"},
 		{"prefix with a brace", []Rule{ok}, []Option{WithPrefix("a{b")}, "contains '{' or '}'"},
 	}
 	for _, c := range cases {

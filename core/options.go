@@ -90,7 +90,9 @@ func WithObserver(fn func(Event)) Option {
 // request the rules would deny is admitted (Allowed true) and marked with
 // Result.ShadowDenied, and observers see it as denied with Event.Shadow.
 // Use it to roll out a new limit and watch what it would do. Admitted
-// requests consume as usual, so the counts are the real ones.
+// requests consume as usual, so the counts are the real ones. Nothing waits
+// either: Delay is 0 and WaitN never sleeps; and when Redis cannot be asked,
+// the request is admitted whatever the FailureMode, the error returned.
 func WithShadow() Option {
 	return func(o *options) { o.shadow = true }
 }
@@ -127,5 +129,5 @@ func WithMaxDelay(d time.Duration) Option {
 // limiter's Reset clears its own entry), and the refill of the rules that
 // did not deny, whose Remaining it reports as at the denial.
 func WithDenyCache(size int) Option {
-	return func(o *options) { o.denyCache = max(size, 0) }
+	return func(o *options) { o.denyCache = size }
 }
