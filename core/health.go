@@ -88,6 +88,9 @@ type health struct {
 	// and when: see firstBackoff.
 	lastBackoff time.Duration
 	closedAt    time.Time
+
+	stopped atomic.Bool   // the limiter is closed: no breaker, no probe
+	stop    chan struct{} // closed by Close, ends a probe's pause
 }
 
 func (h *health) unhealthy() bool { return h.open.Load() }
@@ -116,7 +119,7 @@ func (h *health) success() {
 
 // failure counts err; the threshold-th consecutive one opens the breaker.
 func (h *health) failure(err error) {
-	if h.threshold <= 0 || int(h.failures.Add(1)) < h.threshold {
+	if h.threshold <= 0 || h.stopped.Load() || int(h.failures.Add(1)) < h.threshold {
 		return
 	}
 	h.mu.Lock()
@@ -156,7 +159,14 @@ func (h *health) recover() {
 	backoff := h.firstBackoff(time.Now())
 	for {
 		// ±25% jitter, so instances do not probe in lockstep.
-		time.Sleep(backoff*3/4 + time.Duration(rand.Int64N(int64(backoff)/2+1)))
+		pause := time.NewTimer(backoff*3/4 + time.Duration(rand.Int64N(int64(backoff)/2+1)))
+		select {
+		case <-pause.C:
+		case <-h.stop:
+			pause.Stop()
+			h.open.Store(false) // closed: decisions go to Redis, as without a breaker
+			return
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		err := h.probe(ctx)
 		cancel()
@@ -186,6 +196,14 @@ func (h *health) recover() {
 		h.lastErr = &unavailableError{err}
 		h.mu.Unlock()
 		backoff = min(2*backoff, max(h.maxBackoff, minBackoff))
+	}
+}
+
+// close stops the breaker for good: a probe running ends at its next pause,
+// and no failure opens it again.
+func (h *health) close() {
+	if h.stopped.CompareAndSwap(false, true) {
+		close(h.stop)
 	}
 }
 

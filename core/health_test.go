@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -337,5 +338,52 @@ func TestWaitCanceledWhileHeldSaysCounted(t *testing.T) {
 	err := lim.Wait(ctx, "k") // admitted, its turn a second away
 	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "counted") {
 		t.Errorf("canceled while held: %v; want context.Canceled, saying it was counted", err)
+	}
+}
+
+// Close ends the probe of a limiter whose Redis is down, which otherwise
+// runs (holding the limiter) until Redis answers; the closed limiter still
+// decides, asking Redis every time.
+func TestCloseEndsTheProbe(t *testing.T) {
+	lim := newOn(t, deadRedis(t), TokenBucket, PerMinute(2), WithHealthCheck(1, 50*time.Millisecond))
+	var probes atomic.Int32
+	ping := lim.health.probe
+	lim.health.probe = func(ctx context.Context) error { probes.Add(1); return ping(ctx) }
+	ctx := context.Background()
+	lim.Allow(ctx, "k")
+	if lim.Health() != Unhealthy {
+		t.Fatal("the breaker did not open")
+	}
+	for probes.Load() == 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := lim.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for lim.Health() != Healthy {
+		time.Sleep(10 * time.Millisecond) // the probe ends at its next pause
+	}
+	after := probes.Load()
+	for i := 0; i < 3; i++ {
+		if _, err := lim.Allow(ctx, "k"); err == nil || errors.Is(err, ErrUnavailable) {
+			t.Errorf("closed limiter, Redis down: %v; want Redis's own error, no breaker", err)
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // four probe pauses, were one still running
+	if n := probes.Load(); n != after || lim.Health() != Healthy {
+		t.Errorf("after Close: %d more probes, health %v; want none, and no breaker", n-after, lim.Health())
+	}
+	lim.Close() // again: nothing
+}
+
+// Every AllowN is observed, one whose cost no rule can admit too.
+func TestObserverSeesACostError(t *testing.T) {
+	var events []Event
+	lim := newOn(t, deadRedis(t), GCRA, PerSecond(2), WithObserver(func(e Event) { events = append(events, e) }))
+	if _, err := lim.AllowN(context.Background(), "k", 3); !errors.Is(err, ErrCostExceedsLimit) {
+		t.Fatal(err)
+	}
+	if len(events) != 1 || events[0].Outcome != OutcomeError || !errors.Is(events[0].Err, ErrCostExceedsLimit) || events[0].N != 3 {
+		t.Errorf("events %+v; want one error event with ErrCostExceedsLimit", events)
 	}
 }

@@ -94,6 +94,7 @@ func NewPolicy(client redis.UniversalClient, rules []Rule, opts ...Option) (*Lim
 		maxBackoff: o.maxBackoff,
 		hook:       o.onHealth,
 		probe:      l.ping,
+		stop:       make(chan struct{}),
 	}
 	for i := range compiled {
 		l.suffixes = append(l.suffixes, "}:"+l.fp+":"+strconv.Itoa(i))
@@ -133,6 +134,19 @@ func (l *Limiter) Rules() []Rule {
 	return out
 }
 
+// Close stops the limiter's background work: the probe that, while Redis
+// is taken for unhealthy, waits for it to answer again (and holds the
+// limiter meanwhile). It does not close the Redis client, which is the
+// caller's. A closed limiter still decides, always by asking Redis (the
+// failure mode still decides each call that fails), with no breaker.
+// Limiters built and dropped at run time (one per tenant, say) should be
+// closed; one that lives as long as the process need not be. Close may be
+// called more than once.
+func (l *Limiter) Close() error {
+	l.health.close()
+	return nil
+}
+
 // Health reports whether decisions currently go to Redis.
 func (l *Limiter) Health() Health {
 	if l.health.unhealthy() {
@@ -159,6 +173,7 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
 // twin's Result for FailLocal.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int) (Result, error) {
 	if err := checkCost(l.rules, "AllowN", n); err != nil {
+		l.observe(Event{Outcome: OutcomeError, Err: err}, key, n, time.Now())
 		return Result{}, err
 	}
 	var start time.Time
