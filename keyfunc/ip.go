@@ -340,17 +340,25 @@ func newTrustSet(caller string, prefixes []netip.Prefix) trustSet {
 		if !p.IsValid() {
 			panic(fmt.Sprintf("keyfunc: %s: invalid trusted proxy prefix %v", caller, p))
 		}
-		q := p
-		if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
-			q = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
-		}
-		if q.Bits() == 0 { // ::/0, 0.0.0.0/0, or ::ffff:0:0/96, which is 0.0.0.0/0
+		q, ok := trustedPrefix(p)
+		if !ok {
 			panic(fmt.Sprintf("keyfunc: %s: trusting every address (%v) lets every client choose its key; "+
 				"list your proxies' networks, or use ForwardedForHops for a fixed number of proxies", caller, p))
 		}
-		t = append(t, q.Masked())
+		t = append(t, q)
 	}
 	return t
+}
+
+// trustedPrefix returns p as addresses are matched against it: an
+// IPv4-mapped IPv6 prefix turned into the IPv4 one, host bits masked. ok is
+// false for a prefix that trusts every address: of length 0 once turned
+// (::/0, 0.0.0.0/0, and ::ffff:0:0/96, which is 0.0.0.0/0).
+func trustedPrefix(p netip.Prefix) (q netip.Prefix, ok bool) {
+	if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
+		p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
+	}
+	return p.Masked(), p.Bits() > 0
 }
 
 func (t trustSet) contains(a netip.Addr) bool {

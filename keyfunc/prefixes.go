@@ -46,7 +46,7 @@ func parsePrefix(entry string) (netip.Prefix, error) {
 		a = a.WithZone("")
 		p = netip.PrefixFrom(a, a.BitLen())
 	}
-	if p.Bits() == 0 || p.Addr().Is4In6() && p.Bits() == 96 { // ::ffff:0:0/96 is every IPv4 address
+	if _, ok := trustedPrefix(p); !ok {
 		return netip.Prefix{}, fmt.Errorf("keyfunc: trusted proxy network %q trusts every address, which lets every client choose its key", entry)
 	}
 	return p.Masked(), nil
