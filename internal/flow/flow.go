@@ -275,10 +275,6 @@ func (f *Flow) Admit(w http.ResponseWriter, r *http.Request, rc any) bool {
 		}
 	}
 	if l == nil {
-		if c.Shadow { // shadow mode never denies: report and serve
-			c.OnError(r, ErrNoLimiter)
-			return true
-		}
 		return f.fail(w, r, ErrNoLimiter, false)
 	}
 	key, ok := f.key(w, r, rc)
@@ -390,9 +386,13 @@ func (f *Flow) key(w http.ResponseWriter, r *http.Request, rc any) (string, bool
 
 // fail handles a failed decision by the failure mode: serve without
 // rate-limit headers, or answer 503 when failing closed (or when closed
-// says the limiter itself failed closed).
+// says the limiter itself failed closed). In shadow mode, which never
+// denies, it only reports.
 func (f *Flow) fail(w http.ResponseWriter, r *http.Request, err error, closed bool) bool {
 	f.cfg.OnError(r, err)
+	if f.cfg.Shadow {
+		return true
+	}
 	if f.cfg.FailureMode == core.FailClosed || closed {
 		http.Error(w, "Service Unavailable: rate limiter unavailable", http.StatusServiceUnavailable)
 		return false
