@@ -11,9 +11,9 @@ import (
 // RouteKey keys requests by the ServeMux pattern they match:
 // "route:<METHOD> <path pattern>", such as "route:GET /users/{id}". A
 // pattern registered with a method keys by that method (a HEAD request that
-// "GET /x" serves shares its budget); one without keys by the request's. With Funcs in with, the
-// key joins them (keyfunc.Join), so RouteKey(mux, keyfunc.RemoteIP())
-// limits each client per route.
+// "GET /x" serves shares its budget); one without keys by the request's.
+// With Funcs in with, the key joins them (keyfunc.Join), so
+// RouteKey(mux, keyfunc.RemoteIP()) limits each client per route.
 //
 // Inside mux (a middleware wrapping a registered handler) the pattern is
 // r.Pattern. Around mux (wrapping the whole mux) it is found with
