@@ -96,7 +96,8 @@ func runConcurrent(b *testing.B, c int, rdb redis.UniversalClient, newDecider fu
 				t0 = t1
 				if err != nil {
 					if errs.Add(1) == 1 {
-						firstErr.Store(&err)
+						first := err // a copy: &err would move err to the heap on every decision
+						firstErr.Store(&first)
 					}
 				} else if !ok {
 					denied.Add(1)
