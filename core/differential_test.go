@@ -204,11 +204,11 @@ func TestTwinMatchesBatchedScriptCalls(t *testing.T) {
 						r.n = 1 + rng.Intn(capacity)
 					}
 					reqs = append(reqs, r)
-					c := &call{keys: lim.keys(r.key), args: appendArgs(nil, r.consume, r.n), unit: r.consume && r.n == 1}
+					c := &call{keys: lim.appendKeys(nil, storedKey(r.key)), args: appendArgs(nil, r.consume, r.n), unit: r.consume && r.n == 1}
 					g.calls = append(g.calls, c)
 				}
 				g.build(ctx, lim.batch.ruleArgs)
-				reply, err := client.Do(ctx, g.args...).Slice()
+				reply, err := client.Do(ctx, g.args...).Int64Slice()
 				if err != nil {
 					t.Fatalf("batch %d: %v", b, err)
 				}

@@ -109,7 +109,7 @@ func (x *execScratch) reset() {
 // while its batch's scripts are still out.
 type call struct {
 	kind callKind
-	keys []string      // the request's keys, one per rule
+	keys []keyArg      // the request's keys, one per rule (their buffers are kept)
 	args []interface{} // the request's own script argument: its cost, negated for Peek
 	unit bool          // it consumes 1 (Allow): a script call of such requests only needs their keys
 	slot int           // the Redis Cluster slot of its keys, when grouped by slot
@@ -370,36 +370,36 @@ func (b *batcher) sendInline(c *call) (bool, error) {
 	defer ctx.disarm()
 	switch c.kind {
 	case callScript:
-		args := append(c.scratch[:0], "evalsha", policyScript.Hash(), len(c.keys))
-		for _, k := range c.keys {
-			args = append(args, k)
+		args := append(c.scratch[:0], "evalsha", scriptHashArg, len(c.keys))
+		for i := range c.keys {
+			args = append(args, &c.keys[i])
 		}
 		args = append(args, b.ruleArgs...)
 		if !c.unit {
 			args = append(args, c.args...)
 		}
-		var cmd *redis.Cmd
+		var cmd *redis.IntSliceCmd
 		for sends := 1; ; sends++ {
-			cmd = redis.NewCmd(ctx, args...)
+			cmd = redis.NewIntSliceCmd(ctx, args...)
 			_ = b.client.Process(ctx, scriptCmd{cmd})
 			err := cmd.Err()
 			if sends >= maxSends {
 				break
 			}
 			if isNoScript(err) {
-				args[0], args[1] = "eval", scriptSrc
+				args[0], args[1] = "eval", scriptSrcArg
 			} else if !resendable(err, true) || !pause(ctx, sends) {
 				break
 			}
 		}
 		clear(args)
 		c.scratch = args[:0]
-		var reply []interface{}
-		if reply, c.err = cmd.Slice(); c.err == nil {
+		var reply []int64
+		if reply, c.err = cmd.Result(); c.err == nil {
 			c.res, _, c.err = parseReply(reply, 1+5*b.rules, c.res[:0])
 		}
 	case callDel:
-		c.err = b.client.Del(ctx, c.keys...).Err()
+		c.err = b.client.Del(ctx, c.keyStrings()...).Err()
 	case callPing:
 		c.err = b.client.Ping(ctx).Err()
 	}
@@ -675,7 +675,7 @@ func (b *batcher) exec(x *execScratch, batch []*call) {
 			other = b.client.Pipeline()
 		}
 		if c.kind == callDel {
-			others[i] = other.Del(ctx, c.keys...)
+			others[i] = other.Del(ctx, c.keyStrings()...)
 		} else {
 			others[i] = other.Ping(ctx)
 		}
@@ -755,7 +755,7 @@ func (b *batcher) answer(x *execScratch, groups []*scriptGroup, settled bool) {
 		}
 		g.answered, g.now = true, true
 		n++
-		reply, err := g.cmd.Slice()
+		reply, err := g.cmd.Result()
 		for _, c := range g.calls {
 			mine := c.claim(callAnswered)
 			switch {
@@ -807,7 +807,7 @@ func (b *batcher) answer(x *execScratch, groups []*scriptGroup, settled bool) {
 type scriptGroup struct {
 	calls  []*call
 	args   []interface{} // the whole command: EVALSHA, the hash, the keys, ARGV
-	cmd    *redis.Cmd
+	cmd    *redis.IntSliceCmd
 	source bool // Redis lost the script: send EVAL with the source
 	again  bool // to be sent again (resend)
 	alone  bool // it went alone in the pipeline of its last send
@@ -821,13 +821,13 @@ type scriptGroup struct {
 func (g *scriptGroup) build(ctx context.Context, ruleArgs []interface{}) {
 	clear(g.args)
 	if g.source {
-		g.args = append(g.args[:0], "eval", scriptSrc, 0)
+		g.args = append(g.args[:0], "eval", scriptSrcArg, 0)
 	} else {
-		g.args = append(g.args[:0], "evalsha", policyScript.Hash(), 0)
+		g.args = append(g.args[:0], "evalsha", scriptHashArg, 0)
 	}
 	for _, c := range g.calls {
-		for _, k := range c.keys {
-			g.args = append(g.args, k)
+		for i := range c.keys {
+			g.args = append(g.args, &c.keys[i])
 		}
 	}
 	g.args[2] = len(g.args) - 3 // the number of keys
@@ -837,7 +837,7 @@ func (g *scriptGroup) build(ctx context.Context, ruleArgs []interface{}) {
 			g.args = append(g.args, c.args...)
 		}
 	}
-	g.cmd = redis.NewCmd(ctx, g.args...)
+	g.cmd = redis.NewIntSliceCmd(ctx, g.args...)
 }
 
 // allUnit reports whether every call consumes 1, so that the script call
@@ -930,7 +930,7 @@ const maxSends = 4
 // itself only when the failure cannot have counted (resendable). A reply
 // lost after the send is an error, answered by the failure mode: the
 // decision may or may not have been counted, but never twice.
-type scriptCmd struct{ *redis.Cmd }
+type scriptCmd struct{ *redis.IntSliceCmd }
 
 // NoRetry tells go-redis not to resend the command, nor the pipeline
 // holding it.
@@ -993,26 +993,42 @@ func pause(ctx context.Context, sends int) bool {
 }
 
 // parseReply reads the next request's answer from the script's flat reply
-// (see lua/policy.lua): width integers, or one "!"-prefixed error string. It
+// (see lua/policy.lua): width integers, or an error message in integers. It
 // returns the answer in dst and the rest of the reply.
-func parseReply(reply []interface{}, width int, dst []int64) ([]int64, []interface{}, error) {
-	if len(reply) > 0 {
-		if s, ok := reply[0].(string); ok && strings.HasPrefix(s, "!") {
-			return dst, reply[1:], scriptError(s[1:])
+func parseReply(reply []int64, width int, dst []int64) ([]int64, []int64, error) {
+	if len(reply) > 0 && reply[0] < 0 {
+		msg, rest, err := scriptErrorIn(reply)
+		if err != nil {
+			return dst, nil, err
 		}
+		return dst, rest, msg
 	}
 	if len(reply) < width {
 		return dst, nil, fmt.Errorf("sluice: script reply too short: %d values left for an answer of %d", len(reply), width)
 	}
-	for _, v := range reply[:width] {
-		n, ok := v.(int64)
-		if !ok {
-			return dst, nil, fmt.Errorf("sluice: unexpected script reply value %T", v)
-		}
-		dst = append(dst, n)
-	}
-	return dst, reply[width:], nil
+	return append(dst, reply[:width]...), reply[width:], nil
 }
+
+// scriptErrorIn decodes the error message that begins reply: -(length+1),
+// then the message's bytes six to an integer (see put_error in
+// lua/policy.lua). It returns the error and the rest of the reply.
+func scriptErrorIn(reply []int64) (scriptError, []int64, error) {
+	n := int(-reply[0] - 1)
+	words := (n + 5) / 6
+	if n < 0 || n > maxScriptError || len(reply) < 1+words {
+		return "", nil, fmt.Errorf("sluice: script reply holds a malformed error of %d bytes", n)
+	}
+	msg := make([]byte, 0, 6*words)
+	for _, w := range reply[1 : 1+words] {
+		for shift := 40; shift >= 0; shift -= 8 {
+			msg = append(msg, byte(w>>shift))
+		}
+	}
+	return scriptError(msg[:n]), reply[1+words:], nil
+}
+
+// maxScriptError is the longest error message the script sends whole.
+const maxScriptError = 600
 
 // scriptError is one request's error inside a script reply, such as
 // "WRONGTYPE Operation against a key holding the wrong kind of value". It

@@ -38,6 +38,42 @@ func TestBatchedResultsReachTheirCallers(t *testing.T) {
 	}
 }
 
+// A request's error travels in the script's reply as integers (put_error in
+// lua/policy.lua) and comes out as the message Redis gave, whole: for every
+// length around the six bytes an integer holds, and cut at maxScriptError.
+// The script's own put_error runs here, on its own, in a real Redis.
+func TestScriptErrorsTravelAsIntegers(t *testing.T) {
+	c := redistest.Client(t)
+	ctx := context.Background()
+	src := scriptSrc[strings.Index(scriptSrc, "local function put_error"):]
+	src = src[:strings.Index(src, "\nend\n")+5]
+	harness := "local replies, top = {}, 0\n" + src + "\nput_error(ARGV[1])\nreplies[top + 1] = 7\nreturn replies"
+	for _, n := range []int{0, 1, 5, 6, 7, 11, 12, 13, 66, maxScriptError - 1, maxScriptError, maxScriptError + 1, 2000} {
+		msg := make([]byte, n)
+		for i := range msg {
+			msg[i] = byte(1 + (i*37)%255) // every byte but 0
+		}
+		reply, err := c.Eval(ctx, harness, nil, string(msg)).Int64Slice()
+		if err != nil {
+			t.Fatalf("%d bytes: %v", n, err)
+		}
+		_, rest, err := parseReply(reply, 6, nil)
+		want := string(msg[:min(n, maxScriptError)])
+		var se scriptError
+		if !errors.As(err, &se) || string(se) != want {
+			t.Errorf("%d bytes: got %q, want the message's first %d bytes", n, err, len(want))
+		}
+		if len(rest) != 1 || rest[0] != 7 {
+			t.Errorf("%d bytes: the next answer should follow the error, got %v", n, rest)
+		}
+	}
+	// A reply cut short is an error of its own, not a message read out of
+	// bounds.
+	if _, _, err := parseReply([]int64{-20, 1}, 6, nil); err == nil || errors.As(err, new(scriptError)) {
+		t.Errorf("truncated error: %v", err)
+	}
+}
+
 // One call's error, inside a batch, fails that call only.
 func TestBatchedErrorsArePerCall(t *testing.T) {
 	c := redistest.Client(t)
@@ -125,7 +161,7 @@ func TestPolicyErrorMidRequestLeavesNoPartialAnswer(t *testing.T) {
 			keys = append(keys, lim.keys(k)...)
 			args = appendArgs(args, true, 1)
 		}
-		reply, err := policyScript.Run(ctx, c, keys, args...).Slice()
+		reply, err := policyScript.Run(ctx, c, keys, args...).Int64Slice()
 		if err != nil {
 			t.Fatalf("%v: %v", order, err)
 		}
@@ -159,7 +195,7 @@ func TestUnitRequestsSendOnlyTheirKeys(t *testing.T) {
 	R := len(lim.rules)
 	width := 1 + 5*R
 	req := func(key string, consume bool, n int) *call {
-		c := &call{keys: lim.keys(key)}
+		c := &call{keys: lim.appendKeys(nil, storedKey(key))}
 		c.args = appendArgs(nil, consume, n)
 		c.unit = consume && n == 1
 		return c
@@ -179,7 +215,7 @@ func TestUnitRequestsSendOnlyTheirKeys(t *testing.T) {
 		if unit := allUnit(tc.calls); unit && perRequest != 0 || !unit && perRequest != len(tc.calls) {
 			t.Fatalf("%s: %d script arguments per request in %v", tc.name, perRequest, g.args)
 		}
-		reply, err := c.Do(ctx, g.args...).Slice()
+		reply, err := c.Do(ctx, g.args...).Int64Slice()
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
@@ -228,7 +264,7 @@ func TestAbandonedCallsAreNotSent(t *testing.T) {
 	cancel()
 	key := fmt.Sprintf("abandoned-%d", time.Now().UnixNano())
 	c1 := getCall(callScript)
-	c1.keys, c1.args = []string{key}, appendArgs(nil, true, 1)
+	c1.keys, c1.args = []keyArg{{b: []byte(key)}}, appendArgs(nil, true, 1)
 	answered, err := b.do(ctx, 0, c1)
 	if answered || err != context.Canceled {
 		t.Fatalf("got %v", err)

@@ -31,16 +31,50 @@ func storedKey(key string) string {
 // "<prefix>:{<stored key>}:<fingerprint>:<rule index>". The braces make the
 // stored key the hash tag, so all of them share one Redis Cluster slot.
 func (l *Limiter) keys(key string) []string {
-	return l.appendKeys(nil, storedKey(key))
+	var ks []string
+	for _, k := range l.appendKeys(nil, storedKey(key)) {
+		ks = append(ks, string(k.b))
+	}
+	return ks
 }
 
-// appendKeys appends the Redis keys of a stored key to dst: one allocation
-// per rule.
-func (l *Limiter) appendKeys(dst []string, stored string) []string {
+// appendKeys appends the Redis keys of a stored key to dst, built in the
+// buffers of dst's spare capacity: with a pooled call's keys, nothing is
+// allocated once the buffers have grown to fit.
+func (l *Limiter) appendKeys(dst []keyArg, stored string) []keyArg {
 	for i := range l.rules {
-		dst = append(dst, l.prefix+":{"+stored+l.suffixes[i])
+		if len(dst) < cap(dst) {
+			dst = dst[:len(dst)+1]
+		} else {
+			dst = append(dst, keyArg{})
+		}
+		k := &dst[len(dst)-1]
+		k.b = append(append(append(append(k.b[:0], l.prefix...), ":{"...), stored...), l.suffixes[i]...)
 	}
 	return dst
+}
+
+// keyArg is one Redis key of a call, handed to go-redis by pointer as an
+// encoding.BinaryMarshaler. A pointer goes into an interface as it is,
+// where a string would be copied to the heap first; with the key's bytes
+// in a buffer the pooled call keeps, a decision's keys allocate nothing.
+type keyArg struct{ b []byte }
+
+// MarshalBinary returns the key for go-redis to write. The bytes are the
+// call's own: go-redis writes them before the call is answered and reused.
+func (k *keyArg) MarshalBinary() ([]byte, error) { return k.b, nil }
+
+// String returns the key: go-redis reads a cluster command's first key as
+// a string to find its slot, and hooks print commands with it.
+func (k *keyArg) String() string { return string(k.b) }
+
+// keyStrings returns c's keys as strings, for a DEL.
+func (c *call) keyStrings() []string {
+	ks := make([]string, len(c.keys))
+	for i := range c.keys {
+		ks[i] = string(c.keys[i].b)
+	}
+	return ks
 }
 
 // costArgs holds small costs already boxed as script arguments, so the hot

@@ -29,6 +29,11 @@ var scriptSrc = scriptSource()
 // policyScript holds its SHA-1 for EVALSHA.
 var policyScript = redis.NewScript(scriptSrc)
 
+// scriptHashArg and scriptSrcArg are the script's SHA-1 and source as
+// command arguments, boxed once: a string put in an interface at each call
+// would be copied to the heap each time.
+var scriptHashArg, scriptSrcArg interface{} = policyScript.Hash(), scriptSrc
+
 func scriptSource() string {
 	var b strings.Builder
 	for _, name := range scriptFiles {

@@ -13,12 +13,14 @@
 --   call consumes 1 (Allow, the common case: one argument less per request
 --   for Redis to read and hand to Lua). The requests are then counted by
 --   their keys.
--- Returns one flat array, the requests' answers one after another: for each
---   request, allowed (0|1), then per rule: allowed (0|1), remaining,
---   retry_after_us, reset_after_us, delay_us; or, when that request failed
---   (a key of the wrong type), a single string: "!" and the error message.
---   One request's error never fails another. (Flat rather than an array per
---   request: no table per request in the script, none in the client.)
+-- Returns one flat array of integers, the requests' answers one after
+--   another: for each request, allowed (0|1), then per rule: allowed (0|1),
+--   remaining, retry_after_us, reset_after_us, delay_us; or, when that
+--   request failed (a key of the wrong type), its error message in
+--   integers (see put_error). One request's error never fails another.
+--   (Flat rather than an array per request: no table per request in the
+--   script, none in the client; integers only, so the client reads them
+--   into one []int64 without boxing each.)
 --
 -- Time comes from Redis (TIME), never from the caller, once per call: the
 -- requests of a batch are decided in order, at the same instant, as if one
@@ -59,6 +61,27 @@ local function put(a, b, c, d, e, f)
   replies[top + 1], replies[top + 2], replies[top + 3] = a, b, c
   replies[top + 4], replies[top + 5], replies[top + 6] = d, e, f
   top = top + 6
+end
+
+-- put_error appends a failed request's answer: -(length + 1) of its error
+-- message (at most 600 bytes), then the message's bytes six to an integer
+-- (48 bits, exact in a double), the last padded with zeros. An answer never
+-- begins with a negative integer otherwise.
+local function put_error(msg)
+  local len = #msg
+  if len > 600 then
+    msg, len = string.sub(msg, 1, 600), 600
+  end
+  top = top + 1
+  replies[top] = -(len + 1)
+  for i = 1, len, 6 do
+    local x = 0
+    for j = i, i + 5 do
+      x = x * 256 + (string.byte(msg, j) or 0)
+    end
+    top = top + 1
+    replies[top] = x
+  end
 end
 
 -- store carries out a rule's write (see prelude.lua): a new value with
@@ -170,16 +193,15 @@ while d <= count do
   local ok, err = pcall(run)
   if not ok then
     -- a request moves top past its answer only once all its work is done,
-    -- so the failed one's partial answer lies beyond top: its error takes
-    -- its place, and the rest is cleared (the reply ends at the first nil)
+    -- so the failed one's partial answer lies beyond top: it is cleared
+    -- (the reply ends at the first nil) and its error written in its place
     if type(err) == 'table' then
       err = err.err
     end
-    for k = top + 2, top + 1 + 5 * R do
+    for k = top + 1, top + 1 + 5 * R do
       replies[k] = nil
     end
-    top = top + 1
-    replies[top] = '!' .. tostring(err)
+    put_error(tostring(err))
     d = d + 1
   end
 end
