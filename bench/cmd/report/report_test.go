@@ -57,7 +57,7 @@ func TestReport(t *testing.T) {
 		"| sluice GCRA | 10.0k | 300k |",
 		"| sluice GCRA | 0.40× · 1.09× | 3.33× · 0.58× |",                                 // ÷ redis_rate
 		"ulule/limiter v3 (fixed window), 100k decisions/s); goal ≥ 3×: GCRA 3.00× (met)", // the better peer
-		"interleaved (100 µs); goal ≤ 1.10×: GCRA 1.05× (met)",
+		"in turns (100 µs); goal ≤ 1.10×: GCRA 1.05× (met)",
 		"| sluice GCRA | 105 | 1.05× |",
 		"| ulule/limiter v3 (fixed window) | 90.0 | 0.90× |",
 		"GCRA +30",
