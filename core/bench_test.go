@@ -112,12 +112,8 @@ func BenchmarkGoRedisBaseline(b *testing.B) {
 
 // baselineArgs returns the whole script call of one Allow of key.
 func baselineArgs(lim *Limiter, key string) []interface{} {
-	keys := lim.keys(key)
-	args := []interface{}{"evalsha", policyScript.Hash(), len(keys)}
-	for _, k := range keys {
-		args = append(args, k)
-	}
-	return append(args, lim.batch.ruleArgs...)
+	c := &call{keys: lim.appendKeys(nil, storedKey(key)), unit: true}
+	return appendScriptCall(nil, false, []*call{c}, lim.batch.ruleArgs)
 }
 
 func goRedisBaseline(ctx context.Context, c redis.UniversalClient, args []interface{}) {

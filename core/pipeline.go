@@ -370,14 +370,8 @@ func (b *batcher) sendInline(c *call) (bool, error) {
 	defer ctx.disarm()
 	switch c.kind {
 	case callScript:
-		args := append(c.scratch[:0], "evalsha", scriptHashArg, len(c.keys))
-		for i := range c.keys {
-			args = append(args, &c.keys[i])
-		}
-		args = append(args, b.ruleArgs...)
-		if !c.unit {
-			args = append(args, c.args...)
-		}
+		one := [1]*call{c}
+		args := appendScriptCall(c.scratch[:0], false, one[:], b.ruleArgs)
 		var cmd *redis.IntSliceCmd
 		for sends := 1; ; sends++ {
 			cmd = redis.NewIntSliceCmd(ctx, args...)
@@ -399,7 +393,7 @@ func (b *batcher) sendInline(c *call) (bool, error) {
 			c.res, _, c.err = parseReply(reply, 1+5*b.rules, c.res[:0])
 		}
 	case callDel:
-		c.err = b.client.Del(ctx, c.keyStrings()...).Err()
+		c.err = b.client.Del(ctx, keyStrings(c.keys)...).Err()
 	case callPing:
 		c.err = b.client.Ping(ctx).Err()
 	}
@@ -675,7 +669,7 @@ func (b *batcher) exec(x *execScratch, batch []*call) {
 			other = b.client.Pipeline()
 		}
 		if c.kind == callDel {
-			others[i] = other.Del(ctx, c.keyStrings()...)
+			others[i] = other.Del(ctx, keyStrings(c.keys)...)
 		} else {
 			others[i] = other.Ping(ctx)
 		}
@@ -820,24 +814,34 @@ type scriptGroup struct {
 // the source once Redis has answered NOSCRIPT.
 func (g *scriptGroup) build(ctx context.Context, ruleArgs []interface{}) {
 	clear(g.args)
-	if g.source {
-		g.args = append(g.args[:0], "eval", scriptSrcArg, 0)
-	} else {
-		g.args = append(g.args[:0], "evalsha", scriptHashArg, 0)
-	}
-	for _, c := range g.calls {
-		for i := range c.keys {
-			g.args = append(g.args, &c.keys[i])
-		}
-	}
-	g.args[2] = len(g.args) - 3 // the number of keys
-	g.args = append(g.args, ruleArgs...)
-	if !allUnit(g.calls) {
-		for _, c := range g.calls {
-			g.args = append(g.args, c.args...)
-		}
-	}
+	g.args = appendScriptCall(g.args[:0], g.source, g.calls, ruleArgs)
 	g.cmd = redis.NewIntSliceCmd(ctx, g.args...)
+}
+
+// appendScriptCall appends to dst the whole command that decides calls in
+// one script call: EVALSHA and the hash (EVAL and the source when source),
+// the number of keys, every call's keys (by pointer: see keyArg), the
+// arguments every decision shares, then each call's own argument unless
+// all consume 1 (see allUnit).
+func appendScriptCall(dst []interface{}, source bool, calls []*call, ruleArgs []interface{}) []interface{} {
+	if source {
+		dst = append(dst, "eval", scriptSrcArg, 0)
+	} else {
+		dst = append(dst, "evalsha", scriptHashArg, 0)
+	}
+	for _, c := range calls {
+		for i := range c.keys {
+			dst = append(dst, &c.keys[i])
+		}
+	}
+	dst[2] = len(dst) - 3 // the number of keys
+	dst = append(dst, ruleArgs...)
+	if !allUnit(calls) {
+		for _, c := range calls {
+			dst = append(dst, c.args...)
+		}
+	}
+	return dst
 }
 
 // allUnit reports whether every call consumes 1, so that the script call

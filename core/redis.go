@@ -31,11 +31,7 @@ func storedKey(key string) string {
 // "<prefix>:{<stored key>}:<fingerprint>:<rule index>". The braces make the
 // stored key the hash tag, so all of them share one Redis Cluster slot.
 func (l *Limiter) keys(key string) []string {
-	var ks []string
-	for _, k := range l.appendKeys(nil, storedKey(key)) {
-		ks = append(ks, string(k.b))
-	}
-	return ks
+	return keyStrings(l.appendKeys(nil, storedKey(key)))
 }
 
 // appendKeys appends the Redis keys of a stored key to dst, built in the
@@ -68,11 +64,11 @@ func (k *keyArg) MarshalBinary() ([]byte, error) { return k.b, nil }
 // a string to find its slot, and hooks print commands with it.
 func (k *keyArg) String() string { return string(k.b) }
 
-// keyStrings returns c's keys as strings, for a DEL.
-func (c *call) keyStrings() []string {
-	ks := make([]string, len(c.keys))
-	for i := range c.keys {
-		ks[i] = string(c.keys[i].b)
+// keyStrings returns keys as strings (for a DEL, rare enough to copy).
+func keyStrings(keys []keyArg) []string {
+	ks := make([]string, len(keys))
+	for i := range keys {
+		ks[i] = string(keys[i].b)
 	}
 	return ks
 }
