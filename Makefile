@@ -58,12 +58,13 @@ fuzz:
 # tables and ratios and writes bench/results.txt, bench/chart.svg and the
 # results section of BENCHMARKS.md. BENCH_QUICK=1 runs only sluice GCRA (on
 # both clients), redis_rate and ulule at c=1 and c=64, and BenchmarkLatency
-# (one caller, the same libraries interleaved), 1s each;
+# (one caller, the same libraries in turns), 1s each;
 # BENCH=<regexp> and BENCHTIME=<duration> choose other runs. Those only
 # print, into bench/results-quick.txt. BENCHCOUNT=<n> runs each benchmark n
 # times and the report takes the medians. BENCHFLAGS passes flags to the
 # test binary: -redis.ctxtimeout (ContextTimeoutEnabled on every client),
-# -sluice.timeout=<duration>.
+# -sluice.timeout=<duration>, -latency.turn=<n> (decisions in a row per
+# library in BenchmarkLatency; 1 alternates every decision).
 bench: redis
 	cd bench && { $(GO) test -run '$(if $(BENCH_QUICK)$(BENCH),^$$,^TestMemoryPerKey$$)' \
 		-bench '$(or $(BENCH),$(if $(BENCH_QUICK),^BenchmarkAllow$$/^(sluice_gcra|sluice_gcra_ctxtimeout|redis_rate|ulule)$$/^c=(1|64)$$,.))' \
