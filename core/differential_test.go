@@ -188,7 +188,7 @@ func TestTwinMatchesBatchedScriptCalls(t *testing.T) {
 			for _, r := range lim.rules {
 				capacity = min(capacity, r.capacity)
 			}
-			width := 1 + 5*len(lim.rules)
+			nrules := len(lim.rules)
 			for b := 0; b < batches; b++ {
 				clk.advance(randomStep(rng, rules[0].Limit))
 				type request struct {
@@ -214,7 +214,7 @@ func TestTwinMatchesBatchedScriptCalls(t *testing.T) {
 				}
 				for i, r := range reqs {
 					var v []int64
-					if v, reply, err = parseReply(reply, width, nil); err != nil {
+					if v, reply, err = parseReply(reply, nrules, nil); err != nil {
 						t.Fatalf("batch %d, request %d: %v", b, i, err)
 					}
 					got := buildResult(lim.rules, v)

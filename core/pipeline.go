@@ -390,7 +390,7 @@ func (b *batcher) sendInline(c *call) (bool, error) {
 		c.scratch = args[:0]
 		var reply []int64
 		if reply, c.err = cmd.Result(); c.err == nil {
-			c.res, _, c.err = parseReply(reply, 1+5*b.rules, c.res[:0])
+			c.res, _, c.err = parseReply(reply, b.rules, c.res[:0])
 		}
 	case callDel:
 		c.err = b.client.Del(ctx, keyStrings(c.keys)...).Err()
@@ -737,7 +737,6 @@ func (b *batcher) exec(x *execScratch, batch []*call) {
 // otherwise every group left. A call the watchdog or its caller claimed
 // first is nobody's to answer any more (its reply is skipped).
 func (b *batcher) answer(x *execScratch, groups []*scriptGroup, settled bool) {
-	width := 1 + 5*b.rules // integers per answer
 	n := 0
 	for _, g := range groups {
 		g.now = false
@@ -758,9 +757,9 @@ func (b *batcher) answer(x *execScratch, groups []*scriptGroup, settled bool) {
 					c.err = err // the whole call failed: a connection, a timeout
 				}
 			case mine:
-				c.res, reply, c.err = parseReply(reply, width, c.res[:0])
+				c.res, reply, c.err = parseReply(reply, b.rules, c.res[:0])
 			default:
-				x.skip, reply, _ = parseReply(reply, width, x.skip[:0])
+				x.skip, reply, _ = parseReply(reply, b.rules, x.skip[:0])
 			}
 		}
 	}
@@ -997,9 +996,11 @@ func pause(ctx context.Context, sends int) bool {
 }
 
 // parseReply reads the next request's answer from the script's flat reply
-// (see lua/policy.lua): width integers, or an error message in integers. It
-// returns the answer in dst and the rest of the reply.
-func parseReply(reply []int64, width int, dst []int64) ([]int64, []int64, error) {
+// (see lua/policy.lua), two or three integers per rule, or an error message
+// in integers. It appends the answer to dst in the form buildResult reads
+// (allowed, then per rule allowed, remaining, retry, reset, delay) and
+// returns the rest of the reply.
+func parseReply(reply []int64, rules int, dst []int64) ([]int64, []int64, error) {
 	if len(reply) > 0 && reply[0] < 0 {
 		msg, rest, err := scriptErrorIn(reply)
 		if err != nil {
@@ -1007,10 +1008,26 @@ func parseReply(reply []int64, width int, dst []int64) ([]int64, []int64, error)
 		}
 		return dst, rest, msg
 	}
-	if len(reply) < width {
-		return dst, nil, fmt.Errorf("sluice: script reply too short: %d values left for an answer of %d", len(reply), width)
+	start := len(dst)
+	dst = append(dst, 1)
+	for i := 0; i < rules; i++ {
+		if len(reply) < 2 || reply[0] < 0 || reply[0]&1 == 1 && len(reply) < 3 {
+			return dst[:start], nil, fmt.Errorf("sluice: script reply too short or malformed for rule %d of %d: %v", i+1, rules, reply)
+		}
+		h, reset, extra := reply[0], reply[1], int64(0)
+		if h&1 == 1 {
+			extra, reply = reply[2], reply[3:]
+		} else {
+			reply = reply[2:]
+		}
+		if h&2 == 0 { // denied: extra is the retry
+			dst[start] = 0
+			dst = append(dst, 0, h>>2, extra, reset, 0)
+		} else { // admitted: extra is the delay
+			dst = append(dst, 1, h>>2, 0, reset, extra)
+		}
 	}
-	return append(dst, reply[:width]...), reply[width:], nil
+	return dst, reply, nil
 }
 
 // scriptErrorIn decodes the error message that begins reply: -(length+1),

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -57,7 +58,7 @@ func TestScriptErrorsTravelAsIntegers(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%d bytes: %v", n, err)
 		}
-		_, rest, err := parseReply(reply, 6, nil)
+		_, rest, err := parseReply(reply, 1, nil)
 		want := string(msg[:min(n, maxScriptError)])
 		var se scriptError
 		if !errors.As(err, &se) || string(se) != want {
@@ -69,8 +70,35 @@ func TestScriptErrorsTravelAsIntegers(t *testing.T) {
 	}
 	// A reply cut short is an error of its own, not a message read out of
 	// bounds.
-	if _, _, err := parseReply([]int64{-20, 1}, 6, nil); err == nil || errors.As(err, new(scriptError)) {
+	if _, _, err := parseReply([]int64{-20, 1}, 1, nil); err == nil || errors.As(err, new(scriptError)) {
 		t.Errorf("truncated error: %v", err)
+	}
+}
+
+// parseReply expands the script's short answers (two or three integers a
+// rule) into the form buildResult reads, and refuses an answer cut short.
+func TestParseReplyExpandsShortAnswers(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		reply []int64
+		rules int
+		want  []int64
+		rest  int
+	}{
+		{"admitted", []int64{9*4 + 2, 500, 77}, 1, []int64{1, 1, 9, 0, 500, 0}, 1},
+		{"admitted with delay", []int64{3*4 + 3, 500, 40}, 1, []int64{1, 1, 3, 0, 500, 40}, 0},
+		{"denied with retry", []int64{0*4 + 1, 900, 250}, 1, []int64{0, 0, 0, 250, 900, 0}, 0},
+		{"denied by the second rule", []int64{5*4 + 2, 10, 0*4 + 1, 20, 30}, 2, []int64{0, 1, 5, 0, 10, 0, 0, 0, 30, 20, 0}, 0},
+	} {
+		got, rest, err := parseReply(tc.reply, tc.rules, nil)
+		if err != nil || !slices.Equal(got, tc.want) || len(rest) != tc.rest {
+			t.Errorf("%s: got %v, rest %v, %v; want %v", tc.name, got, rest, err, tc.want)
+		}
+	}
+	for _, cut := range [][]int64{{}, {9*4 + 2}, {3*4 + 3, 500}, {5*4 + 2, 10, 0*4 + 1}} {
+		if _, _, err := parseReply(cut, 2, nil); err == nil {
+			t.Errorf("%v: parsed as a whole answer of two rules", cut)
+		}
 	}
 }
 
@@ -148,7 +176,7 @@ func TestPolicyErrorMidRequestLeavesNoPartialAnswer(t *testing.T) {
 	if err := c.HSet(ctx, lim.keys("poisoned")[1], "f", "v").Err(); err != nil {
 		t.Fatal(err)
 	}
-	width := 1 + 5*len(lim.rules)
+	nrules := len(lim.rules)
 	for _, order := range [][]string{
 		{"a", "poisoned", "b"},
 		{"c", "poisoned"},
@@ -167,7 +195,7 @@ func TestPolicyErrorMidRequestLeavesNoPartialAnswer(t *testing.T) {
 		}
 		for _, k := range order {
 			var res []int64
-			res, reply, err = parseReply(reply, width, nil)
+			res, reply, err = parseReply(reply, nrules, nil)
 			if k == "poisoned" {
 				if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
 					t.Errorf("%v: the poisoned request answered %v, %v", order, res, err)
@@ -193,7 +221,6 @@ func TestUnitRequestsSendOnlyTheirKeys(t *testing.T) {
 	lim := burstAndDaily(t, c, "unit")
 	loadScript(t, c)
 	R := len(lim.rules)
-	width := 1 + 5*R
 	req := func(key string, consume bool, n int) *call {
 		c := &call{keys: lim.appendKeys(nil, storedKey(key))}
 		c.args = appendArgs(nil, consume, n)
@@ -221,7 +248,7 @@ func TestUnitRequestsSendOnlyTheirKeys(t *testing.T) {
 		}
 		for i, want := range tc.want {
 			var res []int64
-			if res, reply, err = parseReply(reply, width, nil); err != nil || res[0] != 1 || res[2] != int64(want) {
+			if res, reply, err = parseReply(reply, R, nil); err != nil || res[0] != 1 || res[2] != int64(want) {
 				t.Errorf("%s: request %d answered %v, %v; want admitted with %d remaining", tc.name, i, res, err, want)
 			}
 		}
