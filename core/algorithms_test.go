@@ -3,8 +3,11 @@ package core
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // day0 is midnight UTC, so windows of every period in these tables start at
@@ -149,5 +152,40 @@ func runTable(t *testing.T, tb table) {
 func TestAlgorithms(t *testing.T) {
 	for _, tb := range tables {
 		t.Run(tb.name, func(t *testing.T) { runTable(t, tb) })
+	}
+}
+
+// GCRA stores its theoretical arrival time as one integer when its emission
+// interval is a whole number of microseconds (10 per hour), and as
+// "<ticks>:<remainder>" when it is not (7 per hour). Either form is read,
+// whatever the limit: a key written as "<ticks>:0" decides as the same key
+// written as "<ticks>".
+func TestGCRAStateForms(t *testing.T) {
+	c := redistest.Client(t)
+	ctx := context.Background()
+	prefix := fmt.Sprintf("gcra-forms-%d", time.Now().UnixNano())
+	whole := newOn(t, c, GCRA, PerHour(10), WithPrefix(prefix))
+	split := newOn(t, c, GCRA, PerHour(7), WithPrefix(prefix))
+	for _, tc := range []struct {
+		lim   *Limiter
+		colon bool
+	}{{whole, false}, {split, true}} {
+		if _, err := tc.lim.AllowN(ctx, "a", 2); err != nil {
+			t.Fatal(err)
+		}
+		v, err := c.Get(ctx, tc.lim.keys("a")[0]).Result()
+		if err != nil || strings.Contains(v, ":") != tc.colon {
+			t.Errorf("%v: Redis holds %q (%v); want a colon: %v", tc.lim.rules[0].Limit, v, err, tc.colon)
+		}
+	}
+	v, _ := c.Get(ctx, whole.keys("a")[0]).Result()
+	if err := c.Set(ctx, whole.keys("b")[0], v+":0", time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"a", "b"} {
+		r, err := whole.AllowN(ctx, key, 7)
+		if err != nil || !r.Allowed || r.Remaining != 1 {
+			t.Errorf("%s: %+v, %v; want admitted with 1 left of 10 after 2 and 7", key, r, err)
+		}
 	}
 }

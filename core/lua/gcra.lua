@@ -4,9 +4,14 @@
 -- TAT + n × emission − now <= burst × emission, and then moves TAT forward by
 -- n × emission. It admits exactly what TokenBucket admits, with one value.
 --
--- KEYS: the rule's key, a string "<ticks>:<rem>": TAT = ticks + rem / a.
--- (The emission interval period/rate is rarely a whole number of ticks; the
--- remainder keeps TAT exact instead of rounding every event.)
+-- KEYS: the rule's key, a string "<ticks>:<rem>": TAT = ticks + rem / a,
+-- or "<ticks>" alone when rem is 0. (The emission interval period/rate is
+-- not always a whole number of ticks; the remainder keeps TAT exact instead
+-- of rounding every event. When it is whole, as for 10 per second, rem is
+-- always 0, and the one-number form spares the script a pattern match and
+-- half its formatting: a tenth of a decision's work in Redis, for a key
+-- read again before it expires. Redis also stores such a value as an
+-- integer, in less memory.)
 -- Params: a = units per tick, b = units per event (the emission interval is
 -- b/a ticks), c = burst in units (burst × b).
 -- Returns the common shape (prelude.lua).
@@ -15,10 +20,12 @@ local function gcra(key, now, rate, event, cap, n)
   local need = n * event
   local v = call('GET', key)
   if v then
-    local tat, rem = match(v, '^(%d+):(%d+)$')
-    tat = tonumber(tat)
+    local tat, rem = tonumber(v), 0
+    if not tat then
+      tat, rem = match(v, '^(%d+):(%d+)$')
+      tat, rem = tonumber(tat), tonumber(rem)
+    end
     if tat and tat >= now then
-      rem = tonumber(rem)
       local ahead = tat - now
       -- More debt than the burst holds: the clock stepped back. Denied,
       -- with the exact wait (the first test keeps ahead × rate small).
@@ -43,5 +50,9 @@ local function gcra(key, now, rate, event, cap, n)
   local after = debt + need
   local reset_after = ceildiv(after, rate)
   local whole = idiv(after, rate)
-  return true, avail, 0, reset_before, reset_after, 0, format('%d:%d', now + whole, after - whole * rate)
+  local rem = after - whole * rate
+  if rem == 0 then
+    return true, avail, 0, reset_before, reset_after, 0, int(now + whole)
+  end
+  return true, avail, 0, reset_before, reset_after, 0, format('%d:%d', now + whole, rem)
 end
