@@ -32,7 +32,7 @@
 -- No algorithm writes anything before write is called.
 
 -- Globals are table lookups on every use; locals are not.
-local call, match, format, floor, tonumber = redis.call, string.match, string.format, math.floor, tonumber
+local call, match, format, sub, floor, tonumber = redis.call, string.match, string.format, string.sub, math.floor, tonumber
 
 -- idiv returns floor(a / b) exactly, for 0 <= a < 2^53 and b > 0.
 local function idiv(a, b)
