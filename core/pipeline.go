@@ -1012,7 +1012,7 @@ func parseReply(reply []int64, rules int, dst []int64) ([]int64, []int64, error)
 	dst = append(dst, 1)
 	for i := 0; i < rules; i++ {
 		if len(reply) < 2 || reply[0] < 0 || reply[0]&1 == 1 && len(reply) < 3 {
-			return dst[:start], nil, fmt.Errorf("sluice: script reply too short or malformed for rule %d of %d: %v", i+1, rules, reply)
+			return dst[:start], nil, fmt.Errorf("sluice: script reply too short or malformed for rule %d of %d (%d values left)", i+1, rules, len(reply))
 		}
 		h, reset, extra := reply[0], reply[1], int64(0)
 		if h&1 == 1 {
