@@ -85,7 +85,11 @@ end
 -- write function.
 local function store(key, write, keep, reset_after, tick)
   if keep then
-    call('SET', key, write, 'KEEPTTL')
+    if keep == 'incr' then
+      call('INCRBY', key, write)
+    else
+      call('SET', key, write, 'KEEPTTL')
+    end
   elseif type(write) == 'string' then
     call('SET', key, write, 'PX', ttl_ms(reset_after, tick))
   else
@@ -112,7 +116,11 @@ local function decide1(d, consume, n)
     h, reset, extra = avail * 4 + 2, reset_before * tick, delay * tick
   else
     if keep then
-      call('SET', key, write, 'KEEPTTL')
+      if keep == 'incr' then
+        call('INCRBY', key, write)
+      else
+        call('SET', key, write, 'KEEPTTL')
+      end
     elseif type(write) == 'string' then
       call('SET', key, write, 'PX', ttl_ms(reset_after, tick))
     else
@@ -187,6 +195,34 @@ end
 local decide_request = decide
 if R == 1 then
   decide_request = decide1
+  if rules[1][1] == fixed_window and rules[1][4] < 2147483648 then
+    -- decide1 for a FixedWindow rule whose rate allows the integer form: a
+    -- request that consumes is taken by fw_take, with one command when
+    -- admitted (see fixed_window.lua), and its answer written as decide1
+    -- writes it; any other request, or one whose key does not hold an
+    -- integer, goes to decide1. (Made here, so that only the calls that
+    -- use it pay for making it.)
+    decide_request = function(d, consume, n)
+      if consume then
+        local r = rules[1]
+        local tick = r[2]
+        local ok, remaining, reset, retry = fw_take(KEYS[d], r[3], r[4], r[5], n, tick)
+        if ok then
+          replies[top + 1], replies[top + 2] = remaining * 4 + 2, reset * tick
+          top = top + 2
+          return
+        elseif ok == false then
+          if remaining < 0 then
+            remaining = 0 -- never, as in decide1
+          end
+          replies[top + 1], replies[top + 2], replies[top + 3] = remaining * 4 + 1, reset * tick, retry * tick
+          top = top + 3
+          return
+        end
+      end
+      decide1(d, consume, n)
+    end
+  end
 end
 
 -- Requests are decided in one protected loop; when one fails (a key of
