@@ -552,23 +552,8 @@ func TestSlidingLogClockStepBack(t *testing.T) {
 // early, and the script and its twin then disagreed.)
 func TestSlidingCounterClockStepBackMatchesTwin(t *testing.T) {
 	clk, lim, twin := withTwin(t, Rule{Name: "swc", Algorithm: SlidingWindowCounter, Limit: PerSecond(997)})
-	ctx := context.Background()
 	W := start.Truncate(time.Second).Add(time.Hour) // a window's start
-	step := func(tm time.Time, n int, what string) Result {
-		t.Helper()
-		// Backwards too: the key's TTL grows, as Redis's absolute expiry
-		// would once the clock is behind it.
-		clk.advance(tm.Sub(clk.now))
-		got, err := lim.AllowN(ctx, "k", n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want, _ := twin.AllowN(tm, "k", n)
-		if !reflect.DeepEqual(got, want) {
-			t.Errorf("%s: script %+v\ntwin %+v", what, got.Rules[0], want.Rules[0])
-		}
-		return got
-	}
+	step := stepTwin(t, clk, lim, twin, "k")
 	step(W.Add(500*time.Millisecond), 800, "W+0.5s, 800 events")
 	step(W.Add(-300*time.Millisecond), 1, "the clock steps back to W-0.3s")
 	// In the next window, the 801 events of window W still weigh 0.2 of
@@ -584,21 +569,8 @@ func TestSlidingCounterClockStepBackMatchesTwin(t *testing.T) {
 // it denies, as the twin does; the next window starts over.
 func TestFixedWindowClockStepBackMatchesTwin(t *testing.T) {
 	clk, lim, twin := withTwin(t, Rule{Name: "fw", Algorithm: FixedWindow, Limit: PerSecond(10)})
-	ctx := context.Background()
 	W := start.Truncate(time.Second).Add(time.Hour) // a window's start
-	step := func(tm time.Time, n int, what string) Result {
-		t.Helper()
-		clk.advance(tm.Sub(clk.now)) // backwards too
-		got, err := lim.AllowN(ctx, "k", n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want, _ := twin.AllowN(tm, "k", n)
-		if !reflect.DeepEqual(got, want) {
-			t.Errorf("%s: script %+v\ntwin %+v", what, got.Rules[0], want.Rules[0])
-		}
-		return got
-	}
+	step := stepTwin(t, clk, lim, twin, "k")
 	step(W.Add(500*time.Millisecond), 8, "W+0.5s, 8 events")
 	if r := step(W.Add(-300*time.Millisecond), 1, "the clock steps back to W-0.3s"); !r.Allowed || r.Remaining != 1 {
 		t.Errorf("W-0.3s: %+v; want admitted in window W, 1 left", r)
@@ -622,38 +594,46 @@ func TestBucketsAcrossClockStepBack(t *testing.T) {
 	for _, alg := range []Algorithm{TokenBucket, LeakyBucket, GCRA} {
 		t.Run(string(alg), func(t *testing.T) {
 			clk, lim, twin := withTwin(t, Rule{Name: "b", Algorithm: alg, Limit: PerSecond(10)})
-			ctx := context.Background()
 			T := start.Truncate(time.Second).Add(time.Hour)
-			step := func(key string, tm time.Time, n int, what string) Result {
-				t.Helper()
-				clk.advance(tm.Sub(clk.now)) // backwards too: TTLs grow, as Redis's would
-				got, err := lim.AllowN(ctx, key, n)
-				if err != nil {
-					t.Fatal(err)
-				}
-				want, _ := twin.AllowN(tm, key, n)
-				if !reflect.DeepEqual(got, want) {
-					t.Errorf("%s: script %+v\ntwin %+v", what, got.Rules[0], want.Rules[0])
-				}
-				return got
-			}
+			empty, half := stepTwin(t, clk, lim, twin, "empty"), stepTwin(t, clk, lim, twin, "half")
 			// Emptied at T, then the clock steps back 5s: nothing comes back
 			// before T + 100ms, 5.1s from then.
-			step("empty", T, 10, "T, the whole burst")
-			if r := step("empty", T.Add(-5*time.Second), 1, "T-5s"); r.Allowed || r.RetryAfter != 5100*time.Millisecond {
+			empty(T, 10, "T, the whole burst")
+			if r := empty(T.Add(-5*time.Second), 1, "T-5s"); r.Allowed || r.RetryAfter != 5100*time.Millisecond {
 				t.Errorf("T-5s: %+v; want denied, RetryAfter 5.1s", r)
 			}
-			if r := step("empty", T.Add(100*time.Millisecond), 1, "T+100ms"); !r.Allowed {
+			if r := empty(T.Add(100*time.Millisecond), 1, "T+100ms"); !r.Allowed {
 				t.Errorf("T+100ms: %+v; want one event admitted", r)
 			}
 			// Half used at T; an event admitted after the clock stepped back
 			// 5s is remembered until the state is back to untouched.
-			step("half", T, 5, "T, half the burst")
-			step("half", T.Add(-5*time.Second), 1, "T-5s")
-			if r := step("half", T.Add(-4*time.Second), 1, "T-4s"); alg == TokenBucket && r.Remaining != 3 {
+			half(T, 5, "T, half the burst")
+			half(T.Add(-5*time.Second), 1, "T-5s")
+			if r := half(T.Add(-4*time.Second), 1, "T-4s"); alg == TokenBucket && r.Remaining != 3 {
 				t.Errorf("T-4s: Remaining %d; want 3, the six events taken still counted", r.Remaining)
 			}
 		})
+	}
+}
+
+// stepTwin returns a step of a test against the twin: it sets the clock to
+// tm (backwards too: keys' TTLs grow, as Redis's absolute expiry would once
+// the clock is behind it), decides n events of key by the script and by
+// the twin, fails the test when they differ, and returns the script's
+// Result.
+func stepTwin(t *testing.T, clk *clock, lim *Limiter, twin *Local, key string) func(tm time.Time, n int, what string) Result {
+	return func(tm time.Time, n int, what string) Result {
+		t.Helper()
+		clk.advance(tm.Sub(clk.now))
+		got, err := lim.AllowN(context.Background(), key, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := twin.AllowN(tm, key, n)
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: script %+v\ntwin %+v", what, got.Rules[0], want.Rules[0])
+		}
+		return got
 	}
 }
 
