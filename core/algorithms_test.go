@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -194,21 +195,52 @@ func TestGCRAStateForms(t *testing.T) {
 // (tag × 2^32 + count), and a request that consumes takes its events with
 // INCRBY first, giving them back when they are not admissible. These are
 // the cases around it, on a real Redis: the count and TTL after admitted
-// and denied requests, a past window's value still alive, a value of the
-// current window in the string form "<window>:<count>" (read, and
-// rewritten as an integer with its TTL kept), and a rate of 2^31 or more,
-// which keeps the string form.
+// and denied requests, a past window's value still alive (the TTL set
+// anew, to the window's end), a value of the current window in the string
+// form "<window>:<count>" (read, and rewritten as an integer with its TTL
+// kept), and the rules that keep the string form: a rate of 2^31 or more,
+// and a period under 164.795ms. The checks compare tags and TTLs with the
+// current hour's, so they run again should the hour turn meanwhile.
 func TestFixedWindowStateForms(t *testing.T) {
 	c := redistest.Client(t)
+	for attempt := 1; ; attempt++ {
+		w, _ := redisHour(t, c)
+		failures := fixedWindowStateForms(t, c, fmt.Sprintf("fw-forms-%d-%d", time.Now().UnixNano(), attempt))
+		if w2, _ := redisHour(t, c); w2 == w {
+			for _, f := range failures {
+				t.Error(f)
+			}
+			return
+		}
+		if attempt == 3 {
+			t.Fatal("the hour turned during each of three attempts")
+		}
+	}
+}
+
+// redisHour returns the index of the current hour by Redis's clock, and
+// the time left until its end.
+func redisHour(t *testing.T, c redis.UniversalClient) (int64, time.Duration) {
+	t.Helper()
+	now, err := c.Time(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := now.UnixMicro() / time.Hour.Microseconds()
+	return w, time.UnixMicro((w + 1) * time.Hour.Microseconds()).Sub(now)
+}
+
+// fixedWindowStateForms runs the checks of TestFixedWindowStateForms under
+// prefix and returns what failed.
+func fixedWindowStateForms(t *testing.T, c redis.UniversalClient, prefix string) (failures []string) {
 	ctx := context.Background()
-	prefix := fmt.Sprintf("fw-forms-%d", time.Now().UnixNano())
+	fail := func(format string, args ...any) { failures = append(failures, fmt.Sprintf(format, args...)) }
 	lim := newOn(t, c, FixedWindow, PerHour(10), WithPrefix(prefix))
 	key := func(k string) string { return lim.keys(k)[0] }
 	get := func(k string) (int64, time.Duration) {
-		t.Helper()
 		v, err := c.Get(ctx, key(k)).Int64()
 		if err != nil {
-			t.Fatalf("%s: %v; want an integer", k, err)
+			fail("%s: %v; want an integer", k, err)
 		}
 		return v, c.PTTL(ctx, key(k)).Val()
 	}
@@ -216,73 +248,72 @@ func TestFixedWindowStateForms(t *testing.T) {
 	// Admitted, then denied at the limit: the count stays 10 and the TTL
 	// stays the window's end.
 	if r, err := lim.AllowN(ctx, "a", 2); err != nil || !r.Allowed || r.Remaining != 8 {
-		t.Fatalf("AllowN 2: %+v, %v; want admitted with 8 left", r, err)
+		fail("AllowN 2: %+v, %v; want admitted with 8 left", r, err)
 	}
 	v, ttl := get("a")
 	tag := v >> 32
 	if v&(1<<32-1) != 2 || tag < 1 || tag > 1<<20 || ttl <= 0 || ttl > time.Hour {
-		t.Fatalf("after 2 events Redis holds %d (tag %d) with TTL %v; want count 2, a tag in 1..2^20, a TTL within the hour", v, tag, ttl)
+		fail("after 2 events Redis holds %d (tag %d) with TTL %v; want count 2, a tag in 1..2^20, a TTL within the hour", v, tag, ttl)
 	}
 	if r, err := lim.AllowN(ctx, "a", 8); err != nil || !r.Allowed || r.Remaining != 0 {
-		t.Fatalf("AllowN 8: %+v, %v; want admitted with 0 left", r, err)
+		fail("AllowN 8: %+v, %v; want admitted with 0 left", r, err)
 	}
 	r, err := lim.Allow(ctx, "a")
 	if err != nil || r.Allowed || r.Remaining != 0 || r.RetryAfter <= 0 || r.RetryAfter > time.Hour || r.ResetAfter != r.RetryAfter {
-		t.Fatalf("Allow at the limit: %+v, %v; want denied until the window's end", r, err)
+		fail("Allow at the limit: %+v, %v; want denied until the window's end", r, err)
 	}
 	if v2, ttl2 := get("a"); v2 != v+8 || ttl2 <= 0 || ttl2 > ttl {
-		t.Errorf("after a denial Redis holds %d with TTL %v; want %d (the denied event given back) with the TTL kept", v2, ttl2, v+8)
+		fail("after a denial Redis holds %d with TTL %v; want %d (the denied event given back) with the TTL kept", v2, ttl2, v+8)
 	}
 	if p, err := lim.Peek(ctx, "a"); err != nil || p.Allowed || p.Remaining != 0 {
-		t.Errorf("Peek at the limit: %+v, %v; want denied, 0 left", p, err)
+		fail("Peek at the limit: %+v, %v; want denied, 0 left", p, err)
 	}
 
-	// A past window's value, alive until its TTL: this window starts over.
+	// A past window's value, alive until its TTL (two hours here, past
+	// this window's end): this window starts over, and the TTL is set
+	// anew to the window's end.
 	past := tag - 1
 	if past == 0 {
 		past = 1 << 20
 	}
-	if err := c.Set(ctx, key("b"), past<<32+7, time.Hour).Err(); err != nil {
+	if err := c.Set(ctx, key("b"), past<<32+7, 2*time.Hour).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if r, err := lim.Allow(ctx, "b"); err != nil || !r.Allowed || r.Remaining != 9 {
-		t.Errorf("Allow over a past window's count of 7: %+v, %v; want admitted with 9 left", r, err)
+		fail("Allow over a past window's count of 7: %+v, %v; want admitted with 9 left", r, err)
 	}
-	if v, ttl := get("b"); v != tag<<32+1 || ttl > time.Hour {
-		t.Errorf("Redis holds %d (TTL %v); want this window's tag with count 1", v, ttl)
-	}
-
-	// The string form of this window: read, and rewritten as an integer
-	// with its TTL kept. The window index comes from Redis's clock, read
-	// again should the hour turn meanwhile.
-	for {
-		now, err := c.Time(ctx).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		w := now.UnixMicro() / time.Hour.Microseconds()
-		if err := c.Set(ctx, key("c"), fmt.Sprintf("%d:4", w), 30*time.Minute).Err(); err != nil {
-			t.Fatal(err)
-		}
-		r, err := lim.Allow(ctx, "c")
-		if now2, _ := c.Time(ctx).Result(); now2.UnixMicro()/time.Hour.Microseconds() != w {
-			continue // the window turned between the two reads
-		}
-		if err != nil || !r.Allowed || r.Remaining != 5 {
-			t.Errorf("Allow over the string form's count of 4: %+v, %v; want admitted with 5 left", r, err)
-		}
-		if v, ttl := get("c"); v != tag<<32+5 || ttl > 30*time.Minute {
-			t.Errorf("Redis holds %d (TTL %v); want this window's tag with count 5, the TTL of 30m kept", v, ttl)
-		}
-		break
+	if v, ttl := get("b"); v != tag<<32+1 || ttl <= 0 || ttl > time.Hour {
+		fail("Redis holds %d (TTL %v); want this window's tag with count 1, a TTL to the window's end", v, ttl)
 	}
 
-	// A rate of 2^31 or more keeps the string form.
-	huge := newOn(t, c, FixedWindow, PerHour(1<<31), WithPrefix(prefix))
-	if r, err := huge.AllowN(ctx, "d", 3); err != nil || !r.Allowed || r.Remaining != 1<<31-3 {
-		t.Fatalf("AllowN 3 of 2^31: %+v, %v", r, err)
+	// The string form of this window, with a TTL shorter than the
+	// window's: read, and rewritten as an integer with that TTL kept.
+	w, left := redisHour(t, c)
+	short := (left / 2).Truncate(time.Millisecond)
+	if err := c.Set(ctx, key("c"), fmt.Sprintf("%d:4", w), short).Err(); err != nil {
+		t.Fatal(err)
 	}
-	if v, err := c.Get(ctx, huge.keys("d")[0]).Result(); err != nil || !strings.HasSuffix(v, ":3") {
-		t.Errorf("a rate of 2^31: Redis holds %q (%v); want \"<window>:3\"", v, err)
+	if r, err := lim.Allow(ctx, "c"); err != nil || !r.Allowed || r.Remaining != 5 {
+		fail("Allow over the string form's count of 4: %+v, %v; want admitted with 5 left", r, err)
 	}
+	if v, ttl := get("c"); v != tag<<32+5 || ttl <= 0 || ttl > short {
+		fail("Redis holds %d (TTL %v); want this window's tag with count 5, the TTL of %v kept", v, ttl, short)
+	}
+
+	// The string form stays for a rate of 2^31 or more, and for a period
+	// under 164.795ms.
+	for _, tc := range []struct {
+		l    Limit
+		n    int
+		want string
+	}{{PerHour(1 << 31), 3, ":3"}, {Limit{Rate: 5, Period: 164 * time.Millisecond}, 2, ":2"}} {
+		other := newOn(t, c, FixedWindow, tc.l, WithPrefix(prefix))
+		if r, err := other.AllowN(ctx, "d", tc.n); err != nil || !r.Allowed {
+			fail("%v: AllowN %d: %+v, %v", tc.l, tc.n, r, err)
+		}
+		if v, err := c.Get(ctx, other.keys("d")[0]).Result(); err != nil || !strings.HasSuffix(v, tc.want) {
+			fail("%v: Redis holds %q (%v); want \"<window>%s\"", tc.l, v, err, tc.want)
+		}
+	}
+	return failures
 }

@@ -2,12 +2,14 @@
 -- windows aligned to the Unix epoch, so all keys share window edges.
 --
 -- KEYS: the rule's key, an integer tag × 2^32 + count, where the tag names
--- the window: its index modulo 2^20, plus 1. (For a rate of 2^31 or more,
--- where count + n may not fit in 32 bits, a string "<window index>:<count>"
--- instead; both forms are read whatever the rate.) The stored window, not
--- the TTL, decides which window a count belongs to; the TTL (the window's
--- end) only frees the memory. It is set by the window's first write and
--- kept by the others, since the window's end does not move.
+-- the window: its index modulo 2^20, plus 1. (A string "<window
+-- index>:<count>" instead for a rate of 2^31 or more, where count + n may
+-- not fit in 32 bits, or a period under 164.795 ms, whose 2^19 windows
+-- span less than a day: see below. Both forms are read whatever the
+-- rule.) The stored window, not the TTL, decides which window a count
+-- belongs to; the TTL (the window's end) only frees the memory. It is set
+-- by the window's first write and kept by the others, since the window's
+-- end does not move.
 --
 -- The integer form lets a decision take its event with one command:
 -- INCRBY keeps the key's TTL and returns the count with its window (see
@@ -16,7 +18,11 @@
 -- looks like a count of the current window. A value outlives its window
 -- by a millisecond at most (its TTL), and is ahead of the current window
 -- only when Redis's clock stepped back: 2^20 tags tell the current window
--- from a past one, and from one up to 2^19 windows ahead.
+-- from a past one, and from one up to 2^19 windows ahead, that is from a
+-- step back of up to a day at least. (The string form, which names the
+-- window whole, keeps counting in a later window after a step back of any
+-- length; a step back of more than a day is read as a new window in the
+-- integer form.)
 -- Params: a = rate (events per window), b = period (ticks), c, d unused.
 -- Returns the common shape (prelude.lua).
 --
@@ -24,9 +30,9 @@
 -- start of the next are all admitted, up to 2×Rate within one Period.
 --
 -- The constants are written out: 4294967296 (2^32, the count's place),
--- 1048576 (2^20 tags), 2147483648 (2^31, the rates from which the string
--- form is used). A local for each would be one more upvalue for every
--- function using it to bind, at every script call.
+-- 1048576 (2^20 tags), 2147483648 (2^31) and 164795 (µs: ceil(one day /
+-- 2^19)), the bounds of the integer form. A local for each would be one
+-- more upvalue for every function using it to bind, at every script call.
 
 -- fw_ahead returns by how many windows the integer value x is ahead of the
 -- window w (0: x counts w itself; above 0 only when the clock stepped
@@ -44,7 +50,7 @@ local function fw_ahead(x, w)
   return ahead, x - tag * 4294967296
 end
 
-local function fixed_window(key, now, rate, period, _, n)
+local function fixed_window(key, now, rate, period, _, n, tick)
   local w = idiv(now, period)
   local c = 0
   local keep = false -- the value already holds this window: its TTL stays
@@ -73,7 +79,7 @@ local function fixed_window(key, now, rate, period, _, n)
   if c + n > rate then
     return false, rate - c, left, reset_before, 0, 0, nil
   end
-  if rate >= 2147483648 then
+  if rate >= 2147483648 or period * tick < 164795 then
     return true, rate - c, 0, reset_before, left, 0, format('%d:%d', w, c + n), nil, keep
   end
   if incr then
@@ -83,16 +89,20 @@ local function fixed_window(key, now, rate, period, _, n)
 end
 
 -- fw_take is fixed_window for a request that consumes, in a policy of one
--- rule, with a rate below 2^31: it takes the n events with INCRBY first,
+-- rule that uses the integer form: it takes the n events with INCRBY first,
 -- and gives them back (DECRBY) when they were not admissible. An admitted
 -- request, the common case, thus costs Redis one command instead of two
 -- (about a third of the decision's work); a denied one costs two instead
 -- of one. It returns ok, remaining (after the request when admitted,
 -- before it when denied), reset (ticks), and retry (ticks; 0 when
 -- admitted); or nil when the key does not hold an integer (the string
--- form, or another type): fixed_window then decides, as for any other
+-- form, or another type), or when n exceeds the rate (never admissible;
+-- the client never sends it): fixed_window then decides, as for any other
 -- request.
 local function fw_take(key, now, rate, period, n, tick)
+  if n > rate then
+    return nil
+  end
   local w = idiv(now, period)
   local ns = '1'
   if n ~= 1 then

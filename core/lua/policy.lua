@@ -195,8 +195,9 @@ end
 local decide_request = decide
 if R == 1 then
   decide_request = decide1
-  if rules[1][1] == fixed_window and rules[1][4] < 2147483648 then
-    -- decide1 for a FixedWindow rule whose rate allows the integer form: a
+  local r = rules[1]
+  if r[1] == fixed_window and r[4] < 2147483648 and r[5] * r[2] >= 164795 then
+    -- decide1 for a FixedWindow rule that uses the integer form: a
     -- request that consumes is taken by fw_take, with one command when
     -- admitted (see fixed_window.lua), and its answer written as decide1
     -- writes it; any other request, or one whose key does not hold an
