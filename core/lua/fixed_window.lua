@@ -39,7 +39,8 @@
 -- back), and x's count; or nil when x is a past window's, or no window's
 -- (a missing key incremented).
 local function fw_ahead(x, w)
-  local tag = floor(x / 4294967296)
+  local count = x % 4294967296
+  local tag = (x - count) / 4294967296
   if tag == 0 then
     return nil
   end
@@ -47,7 +48,7 @@ local function fw_ahead(x, w)
   if ahead >= 524288 then
     return nil
   end
-  return ahead, x - tag * 4294967296
+  return ahead, count
 end
 
 local function fixed_window(key, now, rate, period, _, n, tick)

@@ -28,8 +28,10 @@ local function gcra(key, now, rate, event, cap, n)
     if tat and tat >= now then
       local ahead = tat - now
       -- More debt than the burst holds: the clock stepped back. Denied,
-      -- with the exact wait (the first test keeps ahead × rate small).
-      if ahead > ceildiv(cap, rate) or ahead * rate + rem > cap then
+      -- with the exact wait. (Far back, ahead × rate passes 2^53 and
+      -- rounds; but rounding never brings a sum above cap down to cap,
+      -- since cap + 1 is a double.)
+      if ahead * rate + rem > cap then
         local x = rem + need - cap -- admitted r ticks on, once (ahead - r) × rate <= -x
         local retry
         if x >= 0 then
@@ -48,11 +50,10 @@ local function gcra(key, now, rate, event, cap, n)
     return false, avail, ceildiv(debt + need - cap, rate), reset_before, 0, 0, nil
   end
   local after = debt + need
-  local reset_after = ceildiv(after, rate)
-  local whole = idiv(after, rate)
-  local rem = after - whole * rate
+  local rem = after % rate
+  local whole = (after - rem) / rate
   if rem == 0 then
-    return true, avail, 0, reset_before, reset_after, 0, int(now + whole)
+    return true, avail, 0, reset_before, whole, 0, format('%d', now + whole)
   end
-  return true, avail, 0, reset_before, reset_after, 0, format('%d:%d', now + whole, rem)
+  return true, avail, 0, reset_before, whole + 1, 0, format('%d:%d', now + whole, rem)
 end

@@ -54,12 +54,12 @@ local function leaky_bucket(key, now, rate, event, cap, n, _, maxdelay)
       lag = t - now
       now = t
     end
-    level = tonumber(l)
-    local elapsed = now - t
-    if elapsed >= ceildiv(level, rate) then -- checked first, so nothing overflows
+    -- drained, down to 0 (after a long gap (now - t) × rate passes 2^53
+    -- and rounds; but rounding never brings a difference below 0 up to 0,
+    -- -1 being a double)
+    level = tonumber(l) - (now - t) * rate
+    if level < 0 then
       level = 0
-    else
-      level = level - elapsed * rate
     end
   end
   local need = n * event

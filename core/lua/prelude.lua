@@ -2,11 +2,20 @@
 -- prelude.lua, the six algorithm files and policy.lua into one script.
 --
 -- Lua numbers are doubles. Every quantity sluice computes is an integer
--- below 2^53, where doubles are exact, but a/b rounds: floor(a/b) can be one
--- too large when a is near 2^53. idiv corrects that, so all arithmetic here
--- is exact integer arithmetic, identical to the int64 arithmetic of the
--- Go twin (core/local.go).
+-- below 2^52 (core/params.go bounds the rules' parameters by 2^50; time in
+-- microseconds reaches 2^52 in the year 2112), where doubles are exact. A
+-- quotient a/b of such integers rounds, but never across an integer: one
+-- that is not whole is at least 1/b from the nearest integer, more than
+-- half the spacing of doubles near a/b (at most a/b × 2^-53). So floor(a/b)
+-- is exact, and so is a % b, which Lua computes as a - floor(a/b) × b,
+-- while |a| + b < 2^53; idiv and ceildiv are built on it. All arithmetic
+-- here is exact integer arithmetic, identical to the int64 arithmetic of
+-- the Go twin (core/local.go).
 --
+-- % runs as one instruction of the Lua machine; math.floor would be a
+-- call from Lua into C, which costs Redis several hundred instructions,
+-- and a decision makes several divisions.
+
 -- Every algorithm is a function
 --   alg(key, now, a, b, c, n, tick, d) -> ok, avail, retry, reset_before, reset_after, delay, write[, after[, keep]]
 -- with now in ticks, a/b/c/d the rule's parameters (see each file), n the
@@ -36,26 +45,20 @@
 -- request, writes first and undoes it; see fixed_window.lua.)
 
 -- Globals are table lookups on every use; locals are not.
-local call, match, format, sub, floor, tonumber = redis.call, string.match, string.format, string.sub, math.floor, tonumber
+local call, match, format, tonumber = redis.call, string.match, string.format, tonumber
 
--- idiv returns floor(a / b) exactly, for 0 <= a < 2^53 and b > 0.
+-- idiv returns floor(a / b) exactly, for b > 0 and |a| + b < 2^53.
 local function idiv(a, b)
-  local q = floor(a / b)
-  if q * b > a then
-    q = q - 1
-  elseif (q + 1) * b <= a then
-    q = q + 1
-  end
-  return q
+  return (a - a % b) / b
 end
 
--- ceildiv returns ceil(a / b) exactly, for 0 <= a < 2^53 and b > 0.
+-- ceildiv returns ceil(a / b) exactly, for b > 0 and |a| + b < 2^53.
 local function ceildiv(a, b)
-  local q = idiv(a, b)
-  if q * b < a then
-    q = q + 1
+  local r = a % b
+  if r == 0 then
+    return a / b
   end
-  return q
+  return (a - r) / b + 1
 end
 
 -- int formats an integer in full; tostring would print 1.76e+15.
@@ -64,11 +67,18 @@ local function int(x)
 end
 
 -- ttl_ms is a TTL of ticks (of tick microseconds) in whole milliseconds,
--- rounded up and at least 1: a TTL is never 0 and never forever.
+-- rounded up and at least 1: a TTL is never 0 and never forever. It is
+-- a decimal string, as is every number sluice hands to redis.call: Redis
+-- formats a Lua number argument with %.17g, which costs it more than
+-- Lua's %d (and a literal such as '1' costs nothing).
 local function ttl_ms(ticks, tick)
-  local ms = ceildiv(ticks * tick, 1000)
-  if ms < 1 then
-    return 1
+  local us = ticks * tick
+  local r = us % 1000
+  if r ~= 0 then
+    us = us - r + 1000
   end
-  return ms
+  if us < 1000 then
+    return '1'
+  end
+  return format('%d', us / 1000)
 end

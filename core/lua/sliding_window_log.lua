@@ -13,13 +13,13 @@ local function sliding_window_log(key, now, rate, period, _, n, tick)
   local reset_before = 0
   local latest = -1 -- the newest member's time, when the window holds one
   if c > 0 then
-    local newest = call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    local newest = call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
     latest = tonumber(newest[2])
     reset_before = latest + period - now
   end
   if c + n > rate then
     -- the (c+n-rate)-th oldest event in the window must leave first
-    local e = call('ZRANGEBYSCORE', key, '(' .. from, '+inf', 'WITHSCORES', 'LIMIT', c + n - rate - 1, 1)
+    local e = call('ZRANGEBYSCORE', key, '(' .. from, '+inf', 'WITHSCORES', 'LIMIT', int(c + n - rate - 1), '1')
     return false, rate - c, tonumber(e[2]) + period - now, reset_before, 0, 0, nil
   end
   local reset_after = period

@@ -27,12 +27,12 @@ local function token_bucket(key, now, rate, event, cap, n)
       lag = t - now
       now = t
     end
-    tokens = tonumber(k)
-    local elapsed = now - t
-    if elapsed >= ceildiv(cap - tokens, rate) then -- checked first, so nothing overflows
+    -- refilled, up to cap (after a long gap (now - t) × rate passes 2^53
+    -- and rounds; but rounding never brings a sum of cap or more below
+    -- cap, a double)
+    tokens = tonumber(k) + (now - t) * rate
+    if tokens > cap then
       tokens = cap
-    else
-      tokens = tokens + elapsed * rate
     end
   end
   local need = n * event
