@@ -291,3 +291,105 @@ func TestFixedWindowStateForms(t *testing.T) {
 		}
 	}
 }
+
+// SlidingWindowCounter stores its window's tag and its two counts as one
+// integer ((tag × place + previous) × place + current, place 32 for a rate
+// of 10), and a request that consumes takes its events with INCRBY first,
+// giving them back when they are not admissible. These are the cases
+// around it, on a real Redis: the counts and TTL after admitted and denied
+// requests; the previous window's value (its count becomes the previous
+// one, the TTL set anew), and a denial over it (the value and TTL left as
+// they were); a value of the current window in the string form (read, and
+// rewritten as an integer with its TTL kept); and the string form kept for
+// a rate of 2^21 or more.
+func TestSlidingWindowCounterStateForms(t *testing.T) {
+	c := redistest.Client(t)
+	avoidWindowEdge(t, c, time.Hour)
+	prefix := fmt.Sprintf("swc-forms-%d", time.Now().UnixNano())
+	ctx := context.Background()
+	lim := newOn(t, c, SlidingWindowCounter, PerHour(10), WithPrefix(prefix))
+	const place, tags = 32, 1<<43 - 1
+	if p, n := counterLayout(10); p != place || n != tags {
+		t.Fatalf("counterLayout(10) = %d, %d; want %d, %d", p, n, place, tags)
+	}
+	key := func(k string) string { return lim.keys(k)[0] }
+	get := func(k string) (tag, prev, cur int64, ttl time.Duration) {
+		t.Helper()
+		v, err := c.Get(ctx, key(k)).Int64()
+		if err != nil {
+			t.Errorf("%s: %v; want an integer", k, err)
+		}
+		return v / (place * place), v / place % place, v % place, c.PTTL(ctx, key(k)).Val()
+	}
+	now, err := c.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := now.UnixMicro() / time.Hour.Microseconds()
+	tag := w%tags + 1
+	value := func(tag, prev, cur int64) int64 { return (tag*place+prev)*place + cur }
+
+	// Admitted, then denied at the limit: the counts stay and the TTL stays
+	// the next window's end.
+	if r, err := lim.AllowN(ctx, "a", 2); err != nil || !r.Allowed || r.Remaining != 8 {
+		t.Errorf("AllowN 2: %+v, %v; want admitted with 8 left", r, err)
+	}
+	gt, gp, gc, ttl := get("a")
+	if gt != tag || gp != 0 || gc != 2 || ttl <= time.Hour || ttl > 2*time.Hour {
+		t.Errorf("after 2 events Redis holds tag %d, counts %d and %d, TTL %v; want tag %d, counts 0 and 2, a TTL to the next window's end", gt, gp, gc, ttl, tag)
+	}
+	if r, err := lim.AllowN(ctx, "a", 8); err != nil || !r.Allowed || r.Remaining != 0 {
+		t.Errorf("AllowN 8: %+v, %v; want admitted with 0 left", r, err)
+	}
+	if r, err := lim.Allow(ctx, "a"); err != nil || r.Allowed || r.Remaining != 0 || r.RetryAfter <= 0 {
+		t.Errorf("Allow at the limit: %+v, %v; want denied", r, err)
+	}
+	if gt, gp, gc, ttl2 := get("a"); gt != tag || gp != 0 || gc != 10 || ttl2 <= 0 || ttl2 > ttl {
+		t.Errorf("after a denial Redis holds tag %d, counts %d and %d, TTL %v; want counts 0 and 10 (the denied event given back), the TTL kept", gt, gp, gc, ttl2)
+	}
+
+	// The previous window's value, with a TTL of 3h: its count of 3
+	// becomes the previous count, and the TTL is set anew (2h at most).
+	if err := c.Set(ctx, key("b"), value((w-1)%tags+1, 9, 3), 3*time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := lim.Allow(ctx, "b"); err != nil || !r.Allowed {
+		t.Errorf("Allow over the previous window's 3: %+v, %v; want admitted", r, err)
+	}
+	if gt, gp, gc, ttl := get("b"); gt != tag || gp != 3 || gc != 1 || ttl <= time.Hour || ttl > 2*time.Hour {
+		t.Errorf("Redis holds tag %d, counts %d and %d, TTL %v; want tag %d, counts 3 and 1, a TTL to the next window's end", gt, gp, gc, ttl, tag)
+	}
+	// A previous window of 10: 10 more events are never admissible in this
+	// window, and the value and its TTL are left as they were.
+	full := value((w-1)%tags+1, 0, 10)
+	if err := c.Set(ctx, key("c"), full, 3*time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := lim.AllowN(ctx, "c", 10); err != nil || r.Allowed {
+		t.Errorf("AllowN 10 over the previous window's 10: %+v, %v; want denied", r, err)
+	}
+	if v, err := c.Get(ctx, key("c")).Int64(); err != nil || v != full || c.PTTL(ctx, key("c")).Val() <= 2*time.Hour {
+		t.Errorf("after the denial Redis holds %d (%v) with TTL %v; want %d with its TTL of 3h", v, err, c.PTTL(ctx, key("c")).Val(), full)
+	}
+
+	// The string form of this window, with a TTL of 10 minutes: read, and
+	// rewritten as an integer with that TTL kept.
+	if err := c.Set(ctx, key("d"), fmt.Sprintf("%d:2:4", w), 10*time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := lim.Allow(ctx, "d"); err != nil || !r.Allowed {
+		t.Errorf("Allow over the string form's counts of 2 and 4: %+v, %v; want admitted", r, err)
+	}
+	if gt, gp, gc, ttl := get("d"); gt != tag || gp != 2 || gc != 5 || ttl <= 0 || ttl > 10*time.Minute {
+		t.Errorf("Redis holds tag %d, counts %d and %d, TTL %v; want tag %d, counts 2 and 5, the TTL of 10m kept", gt, gp, gc, ttl, tag)
+	}
+
+	// The string form stays for a rate of 2^21 or more.
+	big := newOn(t, c, SlidingWindowCounter, PerHour(1<<21), WithPrefix(prefix))
+	if r, err := big.AllowN(ctx, "e", 3); err != nil || !r.Allowed {
+		t.Errorf("rate 2^21: AllowN 3: %+v, %v", r, err)
+	}
+	if v, err := c.Get(ctx, big.keys("e")[0]).Result(); err != nil || !strings.HasSuffix(v, ":0:3") {
+		t.Errorf("rate 2^21: Redis holds %q (%v); want \"<window>:0:3\"", v, err)
+	}
+}

@@ -166,11 +166,31 @@ func (c *compiledRule) fits() bool {
 func (c *compiledRule) scriptArgs() []interface{} {
 	i := func(v int64) interface{} { return strconv.FormatInt(v, 10) }
 	switch c.Algorithm {
-	case FixedWindow, SlidingWindowLog, SlidingWindowCounter:
+	case SlidingWindowCounter:
+		place, tags := counterLayout(int64(c.Limit.Rate))
+		return []interface{}{algCode[c.Algorithm], i(c.tick), i(int64(c.Limit.Rate)), i(c.periodTicks), i(place), i(tags)}
+	case FixedWindow, SlidingWindowLog:
 		return []interface{}{algCode[c.Algorithm], i(c.tick), i(int64(c.Limit.Rate)), i(c.periodTicks), "0", "0"}
 	default:
 		return []interface{}{algCode[c.Algorithm], i(c.tick), i(c.rateUnits), i(c.eventUnits), i(c.capUnits), i(c.maxDelay)}
 	}
+}
+
+// counterLayout returns how a SlidingWindowCounter key of the given rate
+// packs its window tag and two counts into one integer below 2^53 (see
+// lua/sliding_window_counter.lua): place, the power of two above 2 × rate,
+// and tags, the number of window tags that fit beside two counts. It
+// returns 0, 0 (the string form) when fewer than 2^8 tags would fit, that
+// is for rates of 2^21 or more.
+func counterLayout(rate int64) (place, tags int64) {
+	place = 1
+	for place <= 2*rate {
+		place *= 2
+	}
+	if place > 1<<22 {
+		return 0, 0
+	}
+	return place, (1<<53)/(place*place) - 1
 }
 
 // withMaxDelay bounds the delay of a LeakyBucket rule to d (rounded down to

@@ -100,7 +100,7 @@ end
 -- form, or another type), or when n exceeds the rate (never admissible;
 -- the client never sends it): fixed_window then decides, as for any other
 -- request.
-local function fw_take(key, now, rate, period, n, tick)
+local function fw_take(key, now, rate, period, _, n, tick)
   if n > rate then
     return nil
   end

@@ -196,18 +196,25 @@ local decide_request = decide
 if R == 1 then
   decide_request = decide1
   local r = rules[1]
+  local take
   if r[1] == fixed_window and r[4] < 2147483648 and r[5] * r[2] >= 164795 then
-    -- decide1 for a FixedWindow rule that uses the integer form: a
-    -- request that consumes is taken by fw_take, with one command when
-    -- admitted (see fixed_window.lua), and its answer written as decide1
-    -- writes it; any other request, or one whose key does not hold an
-    -- integer, goes to decide1. (Made here, so that only the calls that
-    -- use it pay for making it.)
+    take = fw_take
+  elseif r[1] == sliding_window_counter and r[6] > 0 then
+    take = swc_take
+  end
+  if take then
+    -- decide1 for a rule that uses the integer form of FixedWindow or
+    -- SlidingWindowCounter: a request that consumes is taken by fw_take
+    -- or swc_take, with one command when admitted (see
+    -- fixed_window.lua), and its answer written as decide1 writes it;
+    -- any other request, or one whose key does not hold an integer, goes
+    -- to decide1. (Made here, so that only the calls that use it pay for
+    -- making it.)
     decide_request = function(d, consume, n)
       if consume then
         local r = rules[1]
         local tick = r[2]
-        local ok, remaining, reset, retry = fw_take(KEYS[d], r[3], r[4], r[5], n, tick)
+        local ok, remaining, reset, retry = take(KEYS[d], r[3], r[4], r[5], r[6], n, tick, r[7])
         if ok then
           replies[top + 1], replies[top + 2] = remaining * 4 + 2, reset * tick
           top = top + 2

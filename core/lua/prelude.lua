@@ -37,12 +37,13 @@
 --                 value will need it to (the end of the window it was
 --                 written in, for the window algorithms): policy.lua then
 --                 stores write with SET ... KEEPTTL, sparing Redis a rewrite
---                 of the key's expiry; or 'incr' (fixed_window's integer
---                 form): write is then n, added with INCRBY, which keeps
---                 the TTL too
--- No algorithm writes anything before write is called. (fw_take, which
--- policy.lua calls instead of fixed_window for a lone rule's consuming
--- request, writes first and undoes it; see fixed_window.lua.)
+--                 of the key's expiry; or 'incr' (the integer forms of
+--                 fixed_window and sliding_window_counter): write is then
+--                 n, added with INCRBY, which keeps the TTL too
+-- No algorithm writes anything before write is called. (fw_take and
+-- swc_take, which policy.lua calls instead of fixed_window and
+-- sliding_window_counter for a lone rule's consuming request, write first
+-- and undo it; see fixed_window.lua.)
 
 -- Globals are table lookups on every use; locals are not.
 local call, match, format, tonumber = redis.call, string.match, string.format, tonumber
