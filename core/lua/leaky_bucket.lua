@@ -11,9 +11,10 @@
 -- units (burst × event), d = the longest delay admitted, in ticks, or -1 for
 -- no bound beyond the capacity (core.WithMaxDelay). A request whose delay
 -- would exceed d is denied, and like every denial consumes nothing.
--- Returns the common shape (prelude.lua), with delay set when ok, and the
--- remaining count after consuming as an eighth value (it is not simply
--- avail - n when the delay bound binds).
+-- Returns the common shape (prelude.lua), with delay set when ok, and,
+-- with a delay bound, the remaining count after consuming as an eighth
+-- value (it is not simply avail - n when the bound binds; without one it
+-- is, the capacity alone counting).
 
 -- leaky_admissible counts the unit events admissible one after another
 -- from level l: each must fit in the meter of capacity cap and, with a
@@ -83,5 +84,9 @@ local function leaky_bucket(key, now, rate, event, cap, n, _, maxdelay)
   end
   local after = level + need
   local reset_after = lag + ceildiv(after, rate)
-  return true, avail, 0, reset_before, reset_after, wait, format('%d:%d', now, after), leaky_admissible(after, rate, event, cap, maxdelay)
+  local write = format('%d:%d', now, after)
+  if maxdelay < 0 then
+    return true, avail, 0, reset_before, reset_after, wait, write
+  end
+  return true, avail, 0, reset_before, reset_after, wait, write, leaky_admissible(after, rate, event, cap, maxdelay)
 end
