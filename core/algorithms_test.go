@@ -301,7 +301,7 @@ func TestFixedWindowStateForms(t *testing.T) {
 // one, the TTL set anew), and a denial over it (the value and TTL left as
 // they were); a value of the current window in the string form (read, and
 // rewritten as an integer with its TTL kept); and the string form kept for
-// a rate of 2^21 or more.
+// a rate of 2^20 or more.
 func TestSlidingWindowCounterStateForms(t *testing.T) {
 	c := redistest.Client(t)
 	avoidWindowEdge(t, c, time.Hour)
@@ -384,12 +384,69 @@ func TestSlidingWindowCounterStateForms(t *testing.T) {
 		t.Errorf("Redis holds tag %d, counts %d and %d, TTL %v; want tag %d, counts 2 and 5, the TTL of 10m kept", gt, gp, gc, ttl, tag)
 	}
 
-	// The string form stays for a rate of 2^21 or more.
-	big := newOn(t, c, SlidingWindowCounter, PerHour(1<<21), WithPrefix(prefix))
+	// The string form stays for a rate of 2^20 or more.
+	big := newOn(t, c, SlidingWindowCounter, PerHour(1<<20), WithPrefix(prefix))
 	if r, err := big.AllowN(ctx, "e", 3); err != nil || !r.Allowed {
-		t.Errorf("rate 2^21: AllowN 3: %+v, %v", r, err)
+		t.Errorf("rate 2^20: AllowN 3: %+v, %v", r, err)
 	}
 	if v, err := c.Get(ctx, big.keys("e")[0]).Result(); err != nil || !strings.HasSuffix(v, ":0:3") {
-		t.Errorf("rate 2^21: Redis holds %q (%v); want \"<window>:0:3\"", v, err)
+		t.Errorf("rate 2^20: Redis holds %q (%v); want \"<window>:0:3\"", v, err)
+	}
+}
+
+// A window algorithm's integer value whose tag reads as a window ahead
+// (Redis's clock stepped back) is taken for one only when the key's TTL
+// reaches that window, as such a value is written with: without a TTL (a
+// PERSIST from outside, the tag come round again) it is a window gone by,
+// and the key starts afresh with a TTL. Values out of the integer form's
+// range start afresh too. On a real Redis, for FixedWindow and
+// SlidingWindowCounter at 10 per hour.
+func TestWindowValuesAheadNeedTheirTTL(t *testing.T) {
+	c := redistest.Client(t)
+	avoidWindowEdge(t, c, time.Hour)
+	ctx := context.Background()
+	now, err := c.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := now.UnixMicro() / time.Hour.Microseconds()
+	const place, tags = 32, 1<<43 - 1
+	for _, tc := range []struct {
+		alg  Algorithm
+		full func(w int64) int64 // the value of window w with 10 events
+	}{
+		{FixedWindow, func(w int64) int64 { return (w%(1<<20)+1)<<32 + 10 }},
+		{SlidingWindowCounter, func(w int64) int64 { return ((w%tags+1)*place+0)*place + 10 }},
+	} {
+		lim := newOn(t, c, tc.alg, PerHour(10), WithPrefix(fmt.Sprintf("ahead-%d", time.Now().UnixNano())))
+		key := func(k string) string { return lim.keys(k)[0] }
+		ahead := tc.full(w + 5)
+		for _, s := range []struct {
+			k     string
+			value interface{}
+			ttl   time.Duration // 0: none
+			fresh bool
+		}{
+			{"no-ttl", ahead, 0, true},
+			{"short-ttl", ahead, time.Hour, true},
+			{"ttl", ahead, 7 * time.Hour, false},
+			{"negative", "-5", time.Hour, true},
+			{"past-2^53", "9007199254740993", time.Hour, true},
+			{"past-int64", "99999999999999999999", time.Hour, true},
+		} {
+			if err := c.Set(ctx, key(s.k), s.value, s.ttl).Err(); err != nil {
+				t.Fatal(err)
+			}
+			r, err := lim.Allow(ctx, s.k)
+			ttl := c.PTTL(ctx, key(s.k)).Val()
+			switch {
+			case err != nil:
+				t.Errorf("%s %s: %v", tc.alg, s.k, err)
+			case s.fresh && (!r.Allowed || r.Remaining != 9 || ttl <= 0 || ttl > 2*time.Hour):
+				t.Errorf("%s %s: %+v, TTL %v; want a fresh window: admitted, 9 left, a TTL within two hours", tc.alg, s.k, r, ttl)
+			case !s.fresh && (r.Allowed || r.RetryAfter < 4*time.Hour):
+				t.Errorf("%s %s: %+v; want denied until the full window 5 hours ahead has passed", tc.alg, s.k, r)
+			}
+		}
 	}
 }

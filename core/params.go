@@ -180,14 +180,14 @@ func (c *compiledRule) scriptArgs() []interface{} {
 // packs its window tag and two counts into one integer below 2^53 (see
 // lua/sliding_window_counter.lua): place, the power of two above 2 × rate,
 // and tags, the number of window tags that fit beside two counts. It
-// returns 0, 0 (the string form) when fewer than 2^8 tags would fit, that
-// is for rates of 2^21 or more.
+// returns 0, 0 (the string form) when fewer than 2^11 tags would fit, that
+// is for rates of 2^20 or more.
 func counterLayout(rate int64) (place, tags int64) {
 	place = 1
 	for place <= 2*rate {
 		place *= 2
 	}
-	if place > 1<<22 {
+	if place > 1<<21 {
 		return 0, 0
 	}
 	return place, (1<<53)/(place*place) - 1

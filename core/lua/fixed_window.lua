@@ -22,7 +22,10 @@
 -- step back of up to a day at least. (The string form, which names the
 -- window whole, keeps counting in a later window after a step back of any
 -- length; a step back of more than a day is read as a new window in the
--- integer form.)
+-- integer form.) A value read as of a window ahead must also have the TTL
+-- such a value is written with (see ahead_alive), so that a key whose TTL
+-- was removed from outside is not taken, once its tag comes round, for a
+-- window ahead.
 -- Params: a = rate (events per window), b = period (ticks), c, d unused.
 -- Returns the common shape (prelude.lua).
 --
@@ -30,22 +33,26 @@
 -- start of the next are all admitted, up to 2×Rate within one Period.
 --
 -- The constants are written out: 4294967296 (2^32, the count's place),
--- 1048576 (2^20 tags), 2147483648 (2^31) and 164795 (µs: ceil(one day /
--- 2^19)), the bounds of the integer form. A local for each would be one
+-- 1048576 (2^20 tags), 2147483648 (2^31), 164795 (µs: ceil(one day /
+-- 2^19)) and 9007199254740992 (2^53), the bounds of the integer form. A local for each would be one
 -- more upvalue for every function using it to bind, at every script call.
 
--- fw_ahead returns by how many windows the integer value x is ahead of the
--- window w (0: x counts w itself; above 0 only when the clock stepped
--- back), and x's count; or nil when x is a past window's, or no window's
--- (a missing key incremented).
-local function fw_ahead(x, w)
+-- fw_ahead returns by how many windows key's integer value x is ahead of
+-- the window w of time now (0: x counts w itself; above 0 only when the
+-- clock stepped back, and the key's TTL agrees: see ahead_alive), and x's
+-- count; or nil when x is a past window's, or no window's (a missing key
+-- incremented, or a value out of the form's range).
+local function fw_ahead(key, x, now, w, period, tick)
+  if x < 0 or x >= 9007199254740992 then
+    return nil
+  end
   local count = x % 4294967296
   local tag = (x - count) / 4294967296
   if tag == 0 then
     return nil
   end
   local ahead = (tag - 1 - w) % 1048576
-  if ahead >= 524288 then
+  if ahead >= 524288 or ahead > 0 and not ahead_alive(key, (w + ahead) * period - now, tick) then
     return nil
   end
   return ahead, count
@@ -60,7 +67,7 @@ local function fixed_window(key, now, rate, period, _, n, tick)
   if v then
     local x = tonumber(v)
     if x then
-      local ahead, count = fw_ahead(x, w)
+      local ahead, count = fw_ahead(key, x, now, w, period, tick)
       if ahead then
         w, c, keep, incr = w + ahead, count, true, true
       end
@@ -113,7 +120,7 @@ local function fw_take(key, now, rate, period, _, n, tick)
   if type(x) ~= 'number' then
     return nil
   end
-  local ahead, c = fw_ahead(x, w)
+  local ahead, c = fw_ahead(key, x, now, w, period, tick)
   if ahead then
     local left = (w + ahead + 1) * period - now
     if c <= rate then

@@ -83,3 +83,13 @@ local function ttl_ms(ticks, tick)
   end
   return format('%d', us / 1000)
 end
+
+-- ahead_alive reports whether key, whose value the window algorithms read
+-- as of a window that starts ticks from now (Redis's clock stepped back
+-- behind it), has a TTL reaching that window's start, as every such value
+-- is written with. One without (PERSIST), or with a shorter one, holds a
+-- window gone by whose tag has come round again. (Asked only of a window
+-- ahead, after a clock step back: rare.)
+local function ahead_alive(key, ticks, tick)
+  return call('PTTL', key) * 1000 >= ticks * tick
+end

@@ -10,7 +10,7 @@
 -- current, where place is the power of two above 2 × rate (so a count
 -- with n more events, n <= rate, stays below it) and the tag names the
 -- window: its index modulo `tags` (the most that stay below 2^53), plus 1.
--- Or, for rates of 2^21 or more, where fewer than 2^8 tags would be left
+-- Or, for rates of 2^20 or more, where fewer than 2^11 tags would be left
 -- (place = 0), a string "<window index>:<previous count>:<current count>";
 -- a rule that uses the integer form reads that form too, and rewrites it.
 -- The stored window decides which window the counts belong to; the TTL
@@ -18,27 +18,33 @@
 -- (see fixed_window.lua), the integer form lets a request take its events
 -- with one INCRBY, which keeps the TTL and returns the counts with their
 -- window (see swc_take).
--- A value lives at most into the first millisecond after the next window,
--- so a tag one window behind the current one is the previous window's,
--- two to seven behind (a margin to spare) one gone by, and any other tag
--- is one of a window ahead: Redis's clock stepped back, and the counts are
--- kept. Such a window is read as the nearest one ahead with
--- its tag, which is the right one unless the clock stepped back by more
--- than `tags` windows (2,047 at a rate of 10^6: 34 minutes of one-second
--- windows; over 2^30 below a rate of 10^3): then the wait until that window
--- comes round again is reported short by the windows of the missing
--- turns; and a step back of a whole number of turns less one to seven
--- windows reads as a past window (the counts are lost).
+-- A value lives at most a few milliseconds into the window after the
+-- next, so a tag one window behind the current one is the previous
+-- window's, two to seven behind (a margin to spare) one gone by, and any
+-- other tag is one of a window ahead, when the key's TTL agrees (see
+-- ahead_alive): Redis's clock stepped back, and the counts are kept. Such
+-- a window is read as the nearest one ahead with its tag, which is the
+-- right one unless the clock stepped back by more than `tags` windows
+-- (2,047 at the fewest, for rates from 2^19 to 2^20: 34 minutes of
+-- one-second windows; over 2^30 below a rate of 1,000): then the wait
+-- until that window comes round again is reported short by the windows of
+-- the missing turns; and a step back of a whole number of turns less one
+-- to seven windows, the first of them from 2,040 windows on at the
+-- fewest, reads as a window gone by (the counts are lost).
 -- Params: a = rate, b = period (ticks), c = place (0: the string form),
 -- d = tags.
 -- Returns the common shape (prelude.lua). All comparisons are scaled by
 -- period, so they are exact integers.
 
--- swc_window returns the window the integer value x holds counts of,
--- relative to the current window w (w - 1, w, or a window ahead), its
+-- swc_window returns the window key's integer value x holds counts of,
+-- relative to the window w of time now (w - 1, w, or a window ahead), its
 -- previous count and its current count; or nil when x holds no window
--- within reach (a missing key incremented; a window gone by).
-local function swc_window(x, w, place, tags)
+-- within reach (a missing key incremented, a window gone by, a value out
+-- of the form's range).
+local function swc_window(key, x, now, w, period, tick, place, tags)
+  if x < 0 or x >= 9007199254740992 then
+    return nil
+  end
   local c = x % place
   x = (x - c) / place
   local p = x % place
@@ -49,7 +55,7 @@ local function swc_window(x, w, place, tags)
   local ahead = (tag - 1 - w) % tags
   if ahead == tags - 1 then
     return w - 1, p, c
-  elseif ahead > tags - 8 then
+  elseif ahead > tags - 8 or ahead > 0 and not ahead_alive(key, (w + ahead) * period - now, tick) then
     return nil
   end
   return w + ahead, p, c
@@ -96,7 +102,7 @@ local function swc_decide(w, p, c, now, rate, period, n)
   return true, avail, 0, reset_before, wait + 2 * period - e
 end
 
-local function sliding_window_counter(key, now, rate, period, place, n, _, tags)
+local function sliding_window_counter(key, now, rate, period, place, n, tick, tags)
   local w = idiv(now, period)
   local p, c = 0, 0
   -- written in this window: its TTL already ends with the next one (also
@@ -107,7 +113,7 @@ local function sliding_window_counter(key, now, rate, period, place, n, _, tags)
   if v then
     local x = place > 0 and tonumber(v)
     if x then
-      local sw, sp, sc = swc_window(x, w, place, tags)
+      local sw, sp, sc = swc_window(key, x, now, w, period, tick, place, tags)
       if sw == w - 1 then
         p = sc
       elseif sw then
@@ -163,7 +169,7 @@ local function swc_take(key, now, rate, period, place, n, tick, tags)
     return nil
   end
   local w = idiv(now, period)
-  local sw, p, c = swc_window(x, w, place, tags)
+  local sw, p, c = swc_window(key, x, now, w, period, tick, place, tags)
   if sw and sw >= w then -- this window's value, or one ahead: c holds the n events
     local ok, avail, retry, reset_before, reset_after = swc_decide(sw, p, c - n, now, rate, period, n)
     if ok then
