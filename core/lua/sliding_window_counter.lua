@@ -155,7 +155,9 @@ end
 -- denied), reset (ticks) and retry (ticks; 0 when admitted); or nil when
 -- the key does not hold an integer (the string form, or another type), or
 -- when n exceeds the rate (never admissible; the client never sends it):
--- sliding_window_counter then decides, as for any other request.
+-- sliding_window_counter then decides, as for any other request. (Its
+-- first lines are fw_take's: a function for both cost each decision 600
+-- instructions, 3%, in callgrind.)
 local function swc_take(key, now, rate, period, place, n, tick, tags)
   if n > rate then
     return nil
