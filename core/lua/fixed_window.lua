@@ -34,8 +34,9 @@
 --
 -- The constants are written out: 4294967296 (2^32, the count's place),
 -- 1048576 (2^20 tags), 2147483648 (2^31), 164795 (µs: ceil(one day /
--- 2^19)) and 9007199254740992 (2^53), the bounds of the integer form. A local for each would be one
--- more upvalue for every function using it to bind, at every script call.
+-- 2^19)) and 9007199254740992 (2^53), the bounds of the integer form. A
+-- local for each would be one more upvalue for every function using it to
+-- bind, at every script call.
 
 -- fw_ahead returns by how many windows key's integer value x is ahead of
 -- the window w of time now (0: x counts w itself; above 0 only when the
