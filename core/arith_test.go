@@ -14,8 +14,8 @@ import (
 // prelude.lua's idiv, ceildiv and ttl_ms in a real Redis, whose Lua rounds
 // as every deployed Redis does (miniredis's Lua computes % exactly, so it
 // could not catch a wrong bound), on the quotients nearest to an integer:
-// a one off a multiple of b, up to 2^53 - b - 1, the largest dividend the
-// bound admits.
+// dividends one away from a multiple of b, up to 2^53 - b - 1, the largest
+// the bound admits, and their negatives.
 func TestScriptDivisionIsExact(t *testing.T) {
 	c := redistest.Client(t)
 	ctx := context.Background()
