@@ -166,14 +166,29 @@ func (c *compiledRule) fits() bool {
 func (c *compiledRule) scriptArgs() []interface{} {
 	i := func(v int64) interface{} { return strconv.FormatInt(v, 10) }
 	switch c.Algorithm {
+	case FixedWindow:
+		integer := "0"
+		if fixedWindowInteger(int64(c.Limit.Rate), c.periodTicks*c.tick) {
+			integer = "1"
+		}
+		return []interface{}{algCode[c.Algorithm], i(c.tick), i(int64(c.Limit.Rate)), i(c.periodTicks), integer, "0"}
 	case SlidingWindowCounter:
 		place, tags := counterLayout(int64(c.Limit.Rate))
 		return []interface{}{algCode[c.Algorithm], i(c.tick), i(int64(c.Limit.Rate)), i(c.periodTicks), i(place), i(tags)}
-	case FixedWindow, SlidingWindowLog:
+	case SlidingWindowLog:
 		return []interface{}{algCode[c.Algorithm], i(c.tick), i(int64(c.Limit.Rate)), i(c.periodTicks), "0", "0"}
 	default:
 		return []interface{}{algCode[c.Algorithm], i(c.tick), i(c.rateUnits), i(c.eventUnits), i(c.capUnits), i(c.maxDelay)}
 	}
+}
+
+// fixedWindowInteger reports whether a FixedWindow rule keeps its count as
+// one integer, tag × 2^32 + count (see lua/fixed_window.lua): when count +
+// n always fits in 32 bits (a rate below 2^31), and when its 2^19 windows
+// ahead span a day at least (a period of 164.795ms or more), so that the
+// tags tell a clock step back of a day from a past window.
+func fixedWindowInteger(rate, periodMicros int64) bool {
+	return rate < 1<<31 && periodMicros >= 164_795
 }
 
 // counterLayout returns how a SlidingWindowCounter key of the given rate

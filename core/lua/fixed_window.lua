@@ -26,15 +26,16 @@
 -- such a value is written with (see ahead_alive), so that a key whose TTL
 -- was removed from outside is not taken, once its tag comes round, for a
 -- window ahead.
--- Params: a = rate (events per window), b = period (ticks), c, d unused.
+-- Params: a = rate (events per window), b = period (ticks), c = 1 for the
+-- integer form, 0 for the string form (core/params.go chooses, by the
+-- bounds above), d unused.
 -- Returns the common shape (prelude.lua).
 --
 -- Known weakness: Rate events at the end of one window and Rate more at the
 -- start of the next are all admitted, up to 2×Rate within one Period.
 --
 -- The constants are written out: 4294967296 (2^32, the count's place),
--- 1048576 (2^20 tags), 2147483648 (2^31), 164795 (µs: ceil(one day /
--- 2^19)) and 9007199254740992 (2^53), the bounds of the integer form. A
+-- 1048576 (2^20 tags) and 9007199254740992 (2^53, the form's bound). A
 -- local for each would be one more upvalue for every function using it to
 -- bind, at every script call.
 
@@ -59,7 +60,7 @@ local function fw_ahead(key, x, now, w, period, tick)
   return ahead, count
 end
 
-local function fixed_window(key, now, rate, period, _, n, tick)
+local function fixed_window(key, now, rate, period, integer, n, tick)
   local w = idiv(now, period)
   local c = 0
   local keep = false -- the value already holds this window: its TTL stays
@@ -88,7 +89,7 @@ local function fixed_window(key, now, rate, period, _, n, tick)
   if c + n > rate then
     return false, rate - c, left, reset_before, 0, 0, nil
   end
-  if rate >= 2147483648 or period * tick < 164795 then
+  if integer == 0 then
     return true, rate - c, 0, reset_before, left, 0, format('%d:%d', w, c + n), nil, keep
   end
   if incr then

@@ -196,8 +196,8 @@ local decide_request = decide
 if R == 1 then
   decide_request = decide1
   local r = rules[1]
-  local take
-  if r[1] == fixed_window and r[4] < 2147483648 and r[5] * r[2] >= 164795 then
+  local take -- (a window rule's third parameter is 0 for the string form)
+  if r[1] == fixed_window and r[6] > 0 then
     take = fw_take
   elseif r[1] == sliding_window_counter and r[6] > 0 then
     take = swc_take
