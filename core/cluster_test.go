@@ -189,8 +189,10 @@ func testClusterExactAdmission(t *testing.T, cl *redistest.Cluster) {
 			if admitted.Load() != limit || failed.Load() != 0 {
 				t.Errorf("admitted %d of %d attempts, %d errors; want exactly %d", admitted.Load(), goroutines*attempts, failed.Load(), limit)
 			}
+			// The counter also needs the next window; a meter's TTL is
+			// rounded up to the end of a period (a day) past its refill.
 			bound := 24 * time.Hour
-			if alg == core.SlidingWindowCounter { // the counter also needs the next window
+			if alg != core.FixedWindow && alg != core.SlidingWindowLog {
 				bound *= 2
 			}
 			clusterCheckKeys(t, cl, prefix, 1, 1, bound)
@@ -306,7 +308,8 @@ func testClusterFailover(t *testing.T, cl *redistest.Cluster) {
 			exhaustKey(t, ctx, l, fresh, 10)
 		})
 	}
-	clusterCheckKeys(t, cl, prefix, len(keys), len(rules), 24*time.Hour)
+	// (the GCRA rule's TTL: a day to refill, rounded up to a day's end)
+	clusterCheckKeys(t, cl, prefix, len(keys), len(rules), 48*time.Hour)
 	if byMaster := clusterCheckKeys(t, cl, freshPrefix, 1, len(core.Algorithms), 48*time.Hour); byMaster[promoted] == 0 {
 		t.Errorf("the fresh key's Redis keys are not on the promoted master %s: %v", promoted, byMaster)
 	}

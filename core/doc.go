@@ -55,9 +55,12 @@
 // counters afresh.
 //
 // Every key is written with a TTL (SET ... PX, or PEXPIRE for the sliding
-// log), rounded up to whole milliseconds and never 0: the time until the key would be back to its untouched state (one
-// Period for the windows, two for SlidingWindowCounter, the time to refill
-// Burst for the buckets). Redis memory per key is in the README.
+// log), rounded up to whole milliseconds and never 0, and never shorter
+// than the time until the key would be back to its untouched state: one
+// Period for the windows, two for SlidingWindowCounter; for the buckets and
+// GCRA, the time to refill Burst, rounded up to the end of a Period-long
+// cell, so that a busy key's expiry moves once a Period at most (see the
+// README). Redis memory per key is in the README.
 //
 // # In memory
 //

@@ -347,6 +347,72 @@ func TestWindowKeysExpireWithTheirWindow(t *testing.T) {
 	}
 }
 
+// The meters set a key's expiry at the end of the period-long cell (cells
+// aligned to the Unix epoch) that holds the instant their state is back to
+// untouched, and keep it (SET ... KEEPTTL) while later writes are back to
+// untouched within the same cell: after every write the key lives as long
+// as its state needs and less than a period more, and its expiry moves
+// once per cell. Alone and in a policy, whose requests take the
+// multi-rule path; with debt carried from write to write, then with a
+// bucket back to untouched before every write.
+func TestMeterKeysExpireAtTheirCellsEnd(t *testing.T) {
+	const period = time.Second
+	for _, alg := range []Algorithm{LeakyBucket, TokenBucket, GCRA} {
+		meter := Rule{Name: "m", Algorithm: alg, Limit: PerSecond(100)}
+		for _, rules := range [][]Rule{{meter}, {meter, {Name: "w", Algorithm: FixedWindow, Limit: PerSecond(1000)}}} {
+			clk, client := newClock(t)
+			lim, err := NewPolicy(client, rules)
+			if err != nil {
+				t.Fatal(err)
+			}
+			key := lim.keys("k")[0]
+			clk.advance(clk.now.Truncate(period).Add(period + 5*ms).Sub(clk.now))
+			var expiry time.Time
+			cells, moves := map[time.Time]bool{}, 0
+			write := func(step string) {
+				t.Helper()
+				r, err := lim.Allow(context.Background(), "k")
+				if err != nil || !r.Allowed {
+					t.Fatalf("%v %s: %+v %v", rules, step, r, err)
+				}
+				need := r.Rules[0].ResetAfter
+				cell := clk.now.Add(need).Truncate(period)
+				cells[cell] = true
+				ttl := clk.m.TTL(key)
+				if ttl < need || ttl >= need+period+ms {
+					t.Fatalf("%v %s: TTL %s for a state back to untouched in %s", rules, step, ttl, need)
+				}
+				if e := clk.now.Add(ttl); !e.Equal(expiry) {
+					moves++
+					expiry = e
+					if end := cell.Add(period); e.Before(end) || !e.Before(end.Add(ms)) {
+						t.Fatalf("%v %s: the key expires at %s, want the end of its cell, %s", rules, step, e, end)
+					}
+				}
+			}
+			// (Steps of a whole millisecond and a few microseconds: each
+			// expiry written anew falls at a microsecond of its own, past
+			// the cell's end, so an expiry kept is told from one rewritten.)
+			// 10ms of debt per event, 7ms between events: debt grows
+			// 3ms per event, and its end moves through three cells.
+			for step := 0; step < 300; step++ {
+				write(fmt.Sprintf("debt, step %d", step))
+				clk.advance(7*ms + 37*time.Microsecond)
+			}
+			// Back to untouched between events, 50ms apart from x.005s
+			// to about x.955s.
+			clk.advance(clk.now.Truncate(period).Add(2*period + 5*ms).Sub(clk.now))
+			for step := 0; step < 60; step++ {
+				write(fmt.Sprintf("untouched, step %d", step))
+				clk.advance(50*ms + 37*time.Microsecond)
+			}
+			if moves != len(cells) {
+				t.Errorf("%v: the key's expiry moved %d times for states back to untouched in %d cells", rules, moves, len(cells))
+			}
+		}
+	}
+}
+
 // TestTTLOnEveryKey checks the TTL of every key every algorithm writes:
 // never missing, never 0, never longer than needed to forget the key.
 func TestTTLOnEveryKey(t *testing.T) {
@@ -359,14 +425,15 @@ func TestTTLOnEveryKey(t *testing.T) {
 			clk, client := newClock(t)
 			lim := newOn(t, client, alg, l)
 			capacity := l.withBurst().Burst
-			// The longest a key is needed: two windows for the counter, one
-			// for the others; for the meters, the time to refill Burst.
+			// The longest a key is kept: two windows for the counter, one
+			// for the others; for the meters, the time to refill Burst,
+			// rounded up to the end of a period (see meter_ttl).
 			bound := l.Period
 			if alg == SlidingWindowCounter {
 				bound = 2 * l.Period
 			}
 			if !alg.windowed() {
-				bound = time.Duration(int64(l.Period) * int64(capacity) / int64(l.Rate))
+				bound = time.Duration(int64(l.Period)*int64(capacity)/int64(l.Rate)) + l.Period
 			}
 			for i := 0; i < 2*capacity; i++ {
 				lim.Allow(context.Background(), "k")

@@ -162,7 +162,9 @@ func (c *compiledRule) fits() bool {
 }
 
 // scriptArgs returns the rule's ARGV entries: algorithm code, tick, then the
-// algorithm's parameters (see the headers of the .lua files).
+// algorithm's five parameters a to e (see the headers of the .lua files).
+// The meters' e is the period, the cells in which they round a key's TTL
+// up (see meter_ttl in lua/prelude.lua); the windows' is unused.
 func (c *compiledRule) scriptArgs() []interface{} {
 	i := func(v int64) interface{} { return strconv.FormatInt(v, 10) }
 	switch c.Algorithm {
@@ -171,14 +173,14 @@ func (c *compiledRule) scriptArgs() []interface{} {
 		if fixedWindowInteger(int64(c.Limit.Rate), c.periodTicks*c.tick) {
 			integer = "1"
 		}
-		return []interface{}{algCode[c.Algorithm], i(c.tick), i(int64(c.Limit.Rate)), i(c.periodTicks), integer, "0"}
+		return []interface{}{algCode[c.Algorithm], i(c.tick), i(int64(c.Limit.Rate)), i(c.periodTicks), integer, "0", "0"}
 	case SlidingWindowCounter:
 		place, tags := counterLayout(int64(c.Limit.Rate))
-		return []interface{}{algCode[c.Algorithm], i(c.tick), i(int64(c.Limit.Rate)), i(c.periodTicks), i(place), i(tags)}
+		return []interface{}{algCode[c.Algorithm], i(c.tick), i(int64(c.Limit.Rate)), i(c.periodTicks), i(place), i(tags), "0"}
 	case SlidingWindowLog:
-		return []interface{}{algCode[c.Algorithm], i(c.tick), i(int64(c.Limit.Rate)), i(c.periodTicks), "0", "0"}
+		return []interface{}{algCode[c.Algorithm], i(c.tick), i(int64(c.Limit.Rate)), i(c.periodTicks), "0", "0", "0"}
 	default:
-		return []interface{}{algCode[c.Algorithm], i(c.tick), i(c.rateUnits), i(c.eventUnits), i(c.capUnits), i(c.maxDelay)}
+		return []interface{}{algCode[c.Algorithm], i(c.tick), i(c.rateUnits), i(c.eventUnits), i(c.capUnits), i(c.maxDelay), i(c.periodTicks)}
 	}
 }
 

@@ -67,8 +67,11 @@ func TestRealRedisExactAdmission(t *testing.T) {
 			if err != nil || len(keys) == 0 {
 				t.Fatalf("keys: %v %v", keys, err)
 			}
-			bound := 24 * time.Hour // the counter also needs the next window: 2 periods
-			if alg == SlidingWindowCounter {
+			// The counter also needs the next window, 2 periods; a meter's
+			// TTL is its refill (a period here), rounded up to the end of
+			// a period.
+			bound := 24 * time.Hour
+			if alg == SlidingWindowCounter || !alg.windowed() {
 				bound *= 2
 			}
 			for _, k := range keys {

@@ -13,11 +13,13 @@
 -- read again before it expires. Redis also stores such a value as an
 -- integer, in less memory.)
 -- Params: a = units per tick, b = units per event (the emission interval is
--- b/a ticks), c = burst in units (burst × b).
+-- b/a ticks), c = burst in units (burst × b), d unused, e = the period in
+-- ticks (the cells of the key's TTL, see meter_ttl).
 -- Returns the common shape (prelude.lua).
-local function gcra(key, now, rate, event, cap, n)
+local function gcra(key, now, rate, event, cap, n, _, _, cell)
   local debt = 0 -- TAT − now, in units
   local need = n * event
+  local was -- the stored TAT's whole ticks
   local v = call('GET', key)
   if v then
     local tat, rem = tonumber(v), 0
@@ -25,6 +27,7 @@ local function gcra(key, now, rate, event, cap, n)
       tat, rem = match(v, '^(%d+):(%d+)$')
       tat, rem = tonumber(tat), tonumber(rem)
     end
+    was = tat
     if tat and tat >= now then
       local ahead = tat - now
       -- More debt than the burst holds: the clock stepped back. Denied,
@@ -52,8 +55,12 @@ local function gcra(key, now, rate, event, cap, n)
   local after = debt + need
   local rem = after % rate
   local whole = (after - rem) / rate
+  local tat = now + whole
+  -- (tat is the TAT's whole ticks: the TAT itself, tat + rem/rate, comes
+  -- before the end of tat's cell, a whole tick)
+  local keep, ttl = meter_ttl(was, tat, now, cell)
   if rem == 0 then
-    return true, avail, 0, reset_before, whole, 0, format('%d', now + whole)
+    return true, avail, 0, reset_before, whole, 0, format('%d', tat), nil, keep, ttl
   end
-  return true, avail, 0, reset_before, whole + 1, 0, format('%d:%d', now + whole, rem)
+  return true, avail, 0, reset_before, whole + 1, 0, format('%d:%d', tat, rem), nil, keep, ttl
 end

@@ -10,7 +10,8 @@
 -- per tick): a = rate units per tick, b = units per event, c = capacity in
 -- units (burst × event), d = the longest delay admitted, in ticks, or -1 for
 -- no bound beyond the capacity (core.WithMaxDelay). A request whose delay
--- would exceed d is denied, and like every denial consumes nothing.
+-- would exceed d is denied, and like every denial consumes nothing. e = the
+-- period in ticks (the cells of the key's TTL, see meter_ttl).
 -- Returns the common shape (prelude.lua), with delay set when ok, and,
 -- with a delay bound, the remaining count after consuming as an eighth
 -- value (it is not simply avail - n when the bound binds; without one it
@@ -37,7 +38,7 @@ end
 
 -- leaky_bucket decides one rule (see the top of this file). (Its helper is
 -- a function of its own, not a closure made anew for every decision.)
-local function leaky_bucket(key, now, rate, event, cap, n, _, maxdelay)
+local function leaky_bucket(key, now, rate, event, cap, n, _, maxdelay, cell)
   local level = 0
   local lag = 0 -- ticks from now to the last update, when the clock stepped back
   local v = call('GET', key)
@@ -46,6 +47,7 @@ local function leaky_bucket(key, now, rate, event, cap, n, _, maxdelay)
     t, l = match(v, '^(%d+):(%d+)$')
     t = tonumber(t)
   end
+  local was = t -- when the stored meter was empty, or earlier
   if t then
     if now < t then
       -- The clock stepped back: time does not run backwards here. The meter
@@ -69,6 +71,7 @@ local function leaky_bucket(key, now, rate, event, cap, n, _, maxdelay)
   local reset_before = 0
   if level > 0 then
     reset_before = lag + wait
+    was = now + wait
   end
   local over_cap = level + need > cap
   local over_delay = maxdelay >= 0 and wait > maxdelay
@@ -83,10 +86,11 @@ local function leaky_bucket(key, now, rate, event, cap, n, _, maxdelay)
     return false, avail, lag + retry, reset_before, 0, 0, nil
   end
   local after = level + need
-  local reset_after = lag + ceildiv(after, rate)
+  local drain = ceildiv(after, rate)
+  local keep, ttl = meter_ttl(was, now + drain, now - lag, cell)
   local write = format('%d:%d', now, after)
   if maxdelay < 0 then
-    return true, avail, 0, reset_before, reset_after, wait, write
+    return true, avail, 0, reset_before, lag + drain, wait, write, nil, keep, ttl
   end
-  return true, avail, 0, reset_before, reset_after, wait, write, leaky_admissible(after, rate, event, cap, maxdelay)
+  return true, avail, 0, reset_before, lag + drain, wait, write, leaky_admissible(after, rate, event, cap, maxdelay), keep, ttl
 end

@@ -4,11 +4,11 @@
 -- KEYS: for each request, one key per rule; request d's keys are
 --   KEYS[(d-1)*R + 1 .. d*R], all with the same hash tag (one cluster slot).
 -- ARGV[1]: R, the number of rules.
--- ARGV[2 .. 1+6R]: six per rule: algorithm code (1 fixed_window,
+-- ARGV[2 .. 1+7R]: seven per rule: algorithm code (1 fixed_window,
 --   2 sliding_window_log, 3 sliding_window_counter, 4 leaky_bucket,
 --   5 token_bucket, 6 gcra), tick (microseconds), then the algorithm's
---   parameters a, b, c, d.
--- ARGV[2+6R ..]: one per request: its cost n to consume it (AllowN), or -n
+--   parameters a, b, c, d, e.
+-- ARGV[2+7R ..]: one per request: its cost n to consume it (AllowN), or -n
 --   to only look (Peek passes -1); or none at all when every request of the
 --   call consumes 1 (Allow, the common case: one argument less per request
 --   for Redis to read and hand to Lua). The requests are then counted by
@@ -48,11 +48,12 @@ local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
 local R = tonumber(ARGV[1])
 local rules = {}
 for i = 1, R do
-  local j = 2 + (i - 1) * 6
+  local j = 2 + (i - 1) * 7
   local tick = tonumber(ARGV[j + 1])
   rules[i] = {
     algorithms[tonumber(ARGV[j])], tick, idiv(now_us, tick),
     tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4]), tonumber(ARGV[j + 5]),
+    tonumber(ARGV[j + 6]),
   }
 end
 
@@ -81,9 +82,9 @@ local function put_error(msg)
 end
 
 -- store carries out a rule's write (see prelude.lua): a new value with
--- its TTL in one command, or with the TTL the key already has (keep), or a
--- write function.
-local function store(key, write, keep, reset_after, tick)
+-- its TTL (of ttl ticks) in one command, or with the TTL the key already
+-- has (keep), or a write function.
+local function store(key, write, keep, ttl, tick)
   if keep then
     if keep == 'incr' then
       call('INCRBY', key, write)
@@ -91,7 +92,7 @@ local function store(key, write, keep, reset_after, tick)
       call('SET', key, write, 'KEEPTTL')
     end
   elseif type(write) == 'string' then
-    call('SET', key, write, 'PX', ttl_ms(reset_after, tick))
+    call('SET', key, write, 'PX', ttl_ms(ttl, tick))
   else
     write()
   end
@@ -107,8 +108,8 @@ local function decide1(d, consume, n)
   local r = rules[1]
   local tick = r[2]
   local key = KEYS[d]
-  local ok, avail, retry, reset_before, reset_after, delay, write, after, keep =
-    r[1](key, r[3], r[4], r[5], r[6], n, tick, r[7])
+  local ok, avail, retry, reset_before, reset_after, delay, write, after, keep, ttl =
+    r[1](key, r[3], r[4], r[5], r[6], n, tick, r[7], r[8])
   local h, reset, extra
   if not ok then
     h, reset, extra = avail * 4, reset_before * tick, retry * tick
@@ -122,7 +123,7 @@ local function decide1(d, consume, n)
         call('SET', key, write, 'KEEPTTL')
       end
     elseif type(write) == 'string' then
-      call('SET', key, write, 'PX', ttl_ms(reset_after, tick))
+      call('SET', key, write, 'PX', ttl_ms(ttl or reset_after, tick))
     else
       write()
     end
@@ -144,7 +145,7 @@ local function decide1(d, consume, n)
 end
 
 -- per rule, the pending write of the request being decided; reused
-local pending_write, pending_after, pending_reset, pending_keep = {}, {}, {}, {}
+local pending_write, pending_after, pending_reset, pending_keep, pending_ttl = {}, {}, {}, {}, {}
 
 -- decide writes request d's answer straight into replies, after top, three
 -- integers per rule (the third even when 0), and moves top past it only
@@ -156,8 +157,8 @@ local function decide(d, consume, n)
   for i = 1, R do
     local r = rules[i]
     local tick = r[2]
-    local ok, avail, retry, reset_before, reset_after, delay, write, after, keep =
-      r[1](KEYS[base + i], r[3], r[4], r[5], r[6], n, tick, r[7])
+    local ok, avail, retry, reset_before, reset_after, delay, write, after, keep, ttl =
+      r[1](KEYS[base + i], r[3], r[4], r[5], r[6], n, tick, r[7], r[8])
     if avail < 0 then
       avail = 0 -- never, as in decide1
     end
@@ -172,13 +173,13 @@ local function decide(d, consume, n)
       all = false
     end
     replies[k + 1] = reset_before * tick
-    pending_write[i], pending_after[i], pending_reset[i], pending_keep[i] = write, after, reset_after, keep
+    pending_write[i], pending_after[i], pending_reset[i], pending_keep[i], pending_ttl[i] = write, after, reset_after, keep, ttl or reset_after
   end
   if all and consume then
     for i = 1, R do
       local k = out + 3 * i - 2
       local tick = rules[i][2]
-      store(KEYS[base + i], pending_write[i], pending_keep[i], pending_reset[i], tick)
+      store(KEYS[base + i], pending_write[i], pending_keep[i], pending_ttl[i], tick)
       replies[k], replies[k + 1] = pending_after[i] * 4 + 3, pending_reset[i] * tick
     end
   elseif not all then
@@ -236,7 +237,7 @@ end
 -- Requests are decided in one protected loop; when one fails (a key of
 -- the wrong type), its error becomes its reply and the loop resumes after
 -- it. One pcall per script call, not one per request.
-local base = 2 + 6 * R
+local base = 2 + 7 * R
 local count = #ARGV - base + 1
 local unit = false -- 1 when every request consumes 1 and has no argument
 if count == 0 then

@@ -17,8 +17,8 @@
 -- and a decision makes several divisions.
 
 -- Every algorithm is a function
---   alg(key, now, a, b, c, n, tick, d) -> ok, avail, retry, reset_before, reset_after, delay, write[, after[, keep]]
--- with now in ticks, a/b/c/d the rule's parameters (see each file), n the
+--   alg(key, now, a, b, c, n, tick, d, e) -> ok, avail, retry, reset_before, reset_after, delay, write[, after[, keep[, ttl]]]
+-- with now in ticks, a/b/c/d/e the rule's parameters (see each file), n the
 -- cost, tick the microseconds per tick (for sliding_window_log's TTL):
 --   ok            true when n events are admissible now
 --   avail         unit events admissible now, before consuming
@@ -40,6 +40,9 @@
 --                 of the key's expiry; or 'incr' (the integer forms of
 --                 fixed_window and sliding_window_counter): write is then
 --                 n, added with INCRBY, which keeps the TTL too
+--   ttl           optional: the TTL, in ticks, to store write with when
+--                 not keep (default reset_after; the meters round it up
+--                 to the end of a cell, see meter_ttl)
 -- No algorithm writes anything before write is called. (fw_take and
 -- swc_take, which policy.lua calls instead of fixed_window and
 -- sliding_window_counter for a lone rule's consuming request, write first
@@ -92,4 +95,30 @@ end
 -- ahead, after a clock step back: rare.)
 local function ahead_alive(key, ticks, tick)
   return call('PTTL', key) * 1000 >= ticks * tick
+end
+
+-- The meters (leaky_bucket, token_bucket, gcra) keep a key until the tick
+-- its state is back to untouched (full, or empty), which moves with every
+-- write. Moving the key's expiry with it costs Redis about a sixth of a
+-- decision, so they set it further, at the end of the cell holding that
+-- tick (cells of e ticks, a period, aligned to the Unix epoch), and keep
+-- it (SET ... KEEPTTL) while later writes are back to untouched within the
+-- same cell: a key hit again within a period, as a busy one is, moves its
+-- expiry once a period at most. A key outlives its use by less than a
+-- period: its TTL is at most a period more than the time to refill (or
+-- drain) its burst.
+--
+-- meter_ttl returns whether the key keeps its TTL, and otherwise the TTL
+-- to write, in ticks from real (now on Redis's clock, which a meter that
+-- counts from a later tick after a step back does not use). done is the
+-- tick the new state is back to untouched at; was is the tick the stored
+-- state was back to untouched at, or an earlier one (nil with no stored
+-- state). Every write sets the key's expiry at the end of the cell of its
+-- done, or keeps a later one: so when done lies in was's cell, the key
+-- already lives long enough. (A value written from outside, or whose TTL
+-- was removed, has no such expiry: it gets one at its first write in
+-- another cell.)
+local function meter_ttl(was, done, real, cell)
+  local end_ = done - done % cell + cell
+  return was and was - was % cell + cell == end_, end_ - real
 end

@@ -8,9 +8,10 @@
 -- KEYS: the rule's key, a string "<time of the last update (ticks)>:<tokens
 -- in units>". A missing key is a full bucket.
 -- Params: a = rate units refilled per tick, b = units per event,
--- c = capacity in units (burst × event).
+-- c = capacity in units (burst × event), d unused, e = the period in ticks
+-- (the cells of the key's TTL, see meter_ttl).
 -- Returns the common shape (prelude.lua).
-local function token_bucket(key, now, rate, event, cap, n)
+local function token_bucket(key, now, rate, event, cap, n, _, _, cell)
   local tokens = cap
   local lag = 0 -- ticks from now to the last update, when the clock stepped back
   local v = call('GET', key)
@@ -19,6 +20,7 @@ local function token_bucket(key, now, rate, event, cap, n)
     t, k = match(v, '^(%d+):(%d+)$')
     t = tonumber(t)
   end
+  local was = t -- when the stored bucket was full, or earlier
   if t then
     if now < t then
       -- The clock stepped back: time does not run backwards here. The
@@ -39,12 +41,15 @@ local function token_bucket(key, now, rate, event, cap, n)
   local avail = idiv(tokens, event)
   local reset_before = 0
   if tokens < cap then
-    reset_before = lag + ceildiv(cap - tokens, rate)
+    local refill = ceildiv(cap - tokens, rate)
+    reset_before = lag + refill
+    was = now + refill
   end
   if tokens < need then
     return false, avail, lag + ceildiv(need - tokens, rate), reset_before, 0, 0, nil
   end
   local left = tokens - need
-  local reset_after = lag + ceildiv(cap - left, rate)
-  return true, avail, 0, reset_before, reset_after, 0, format('%d:%d', now, left)
+  local refill = ceildiv(cap - left, rate)
+  local keep, ttl = meter_ttl(was, now + refill, now - lag, cell)
+  return true, avail, 0, reset_before, lag + refill, 0, format('%d:%d', now, left), nil, keep, ttl
 end
