@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -186,6 +187,55 @@ func TestGCRAStateForms(t *testing.T) {
 		r, err := whole.AllowN(ctx, key, 7)
 		if err != nil || !r.Allowed || r.Remaining != 1 {
 			t.Errorf("%s: %+v, %v; want admitted with 1 left of 10 after 2 and 7", key, r, err)
+		}
+	}
+}
+
+// TokenBucket and LeakyBucket store "<t>/<x>", the time of the last update
+// and the tokens (or level) in units, both in hexadecimal, and read the
+// decimal "<t>:<x>" of earlier versions as the same state. Anything else
+// in the key reads as a missing key. On a real Redis (miniredis runs
+// another Lua, whose tonumber and string.format the twin tests cover).
+func TestBucketStateForms(t *testing.T) {
+	c := redistest.Client(t)
+	ctx := context.Background()
+	prefix := fmt.Sprintf("bucket-forms-%d", time.Now().UnixNano())
+	for _, alg := range []Algorithm{TokenBucket, LeakyBucket} {
+		lim := newOn(t, c, alg, PerHour(10), WithPrefix(prefix))
+		key := func(k string) string { return lim.keys(k)[0] }
+		if r, err := lim.AllowN(ctx, "a", 3); err != nil || !r.Allowed || r.Remaining != 7 {
+			t.Fatalf("%s: AllowN 3: %+v, %v", alg, r, err)
+		}
+		v, err := c.Get(ctx, key("a")).Result()
+		ts, xs, found := strings.Cut(v, "/")
+		tick, err1 := strconv.ParseInt(ts, 16, 64)
+		units, err2 := strconv.ParseInt(xs, 16, 64)
+		// 10 per hour: an event is 360,000,000 units, refilled (or
+		// drained) one a microsecond; the bucket holds 10 - 3 = 7 events'
+		// tokens, or a level of 3.
+		want := int64(7)
+		if alg == LeakyBucket {
+			want = 3
+		}
+		if err != nil || !found || err1 != nil || err2 != nil || units != want*360_000_000 {
+			t.Errorf("%s: Redis holds %q (%v); want \"<t>/<x>\" in hexadecimal with x = %d events", alg, v, err, want)
+		}
+		// The same state in decimal, as earlier versions wrote it, and a
+		// value of neither form.
+		for _, tc := range []struct {
+			value string
+			left  int
+		}{
+			{fmt.Sprintf("%d:%d", tick, units), 6},
+			{"garbage", 9},
+		} {
+			if err := c.Set(ctx, key("b"), tc.value, time.Hour).Err(); err != nil {
+				t.Fatal(err)
+			}
+			r, err := lim.Allow(ctx, "b")
+			if err != nil || !r.Allowed || r.Remaining != tc.left {
+				t.Errorf("%s over %q: %+v, %v; want admitted with %d left", alg, tc.value, r, err, tc.left)
+			}
 		}
 	}
 }

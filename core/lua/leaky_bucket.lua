@@ -4,8 +4,8 @@
 -- waits `delay`, the time for the events ahead of it to drain, and only then
 -- proceeds, so admitted requests leave evenly spaced at the rule's rate.
 --
--- KEYS: the rule's key, a string "<time of the last update (ticks)>:<level
--- in units>".
+-- KEYS: the rule's key, a string "<time of the last update (ticks)>/<level
+-- in units>", both in hexadecimal (see bucket_state).
 -- Params (units: one event is `event` units; the meter drains `rate` units
 -- per tick): a = rate units per tick, b = units per event, c = capacity in
 -- units (burst × event), d = the longest delay admitted, in ticks, or -1 for
@@ -44,8 +44,7 @@ local function leaky_bucket(key, now, rate, event, cap, n, _, maxdelay, cell)
   local v = call('GET', key)
   local t, l
   if v then
-    t, l = match(v, '^(%d+):(%d+)$')
-    t = tonumber(t)
+    t, l = bucket_state(v)
   end
   local was = t -- when the stored meter was empty, or earlier
   if t then
@@ -60,7 +59,7 @@ local function leaky_bucket(key, now, rate, event, cap, n, _, maxdelay, cell)
     -- drained, down to 0 (after a long gap (now - t) × rate passes 2^53
     -- and rounds; but rounding never brings a difference below 0 up to 0,
     -- -1 being a double)
-    level = tonumber(l) - (now - t) * rate
+    level = l - (now - t) * rate
     if level < 0 then
       level = 0
     end
@@ -88,7 +87,7 @@ local function leaky_bucket(key, now, rate, event, cap, n, _, maxdelay, cell)
   local after = level + need
   local drain = ceildiv(after, rate)
   local keep, ttl = meter_ttl(was, now + drain, now - lag, cell)
-  local write = format('%d:%d', now, after)
+  local write = format('%x/%x', now, after)
   if maxdelay < 0 then
     return true, avail, 0, reset_before, lag + drain, wait, write, nil, keep, ttl
   end

@@ -87,6 +87,21 @@ local function ttl_ms(ticks, tick)
   return format('%d', us / 1000)
 end
 
+-- bucket_state reads the value of a bucket's key (token_bucket,
+-- leaky_bucket): two integers in hexadecimal, "<t>/<x>"; or the decimal
+-- "<t>:<x>" of earlier versions. nil, nil when neither. (Lua reads a
+-- number through the C library: a 16-digit decimal through strtod, about
+-- 150ns in Redis, its hexadecimal form through strtoul, about 55. Redis
+-- stores either string in the same 104 bytes.)
+local function bucket_state(v)
+  local t, x = match(v, '^(%x+)/(%x+)$')
+  if t then
+    return tonumber(t, 16), tonumber(x, 16)
+  end
+  t, x = match(v, '^(%d+):(%d+)$')
+  return tonumber(t), tonumber(x)
+end
+
 -- ahead_alive reports whether key, whose value the window algorithms read
 -- as of a window that starts ticks from now (Redis's clock stepped back
 -- behind it), has a TTL reaching that window's start, as every such value

@@ -5,8 +5,8 @@
 -- rate: a key polled faster than one token's interval still refills, because
 -- the fraction of a token earned is kept, not dropped.
 --
--- KEYS: the rule's key, a string "<time of the last update (ticks)>:<tokens
--- in units>". A missing key is a full bucket.
+-- KEYS: the rule's key, a string "<time of the last update (ticks)>/<tokens
+-- in units>", both in hexadecimal (see bucket_state). A missing key is a full bucket.
 -- Params: a = rate units refilled per tick, b = units per event,
 -- c = capacity in units (burst × event), d unused, e = the period in ticks
 -- (the cells of the key's TTL, see meter_ttl).
@@ -17,8 +17,7 @@ local function token_bucket(key, now, rate, event, cap, n, _, _, cell)
   local v = call('GET', key)
   local t, k
   if v then
-    t, k = match(v, '^(%d+):(%d+)$')
-    t = tonumber(t)
+    t, k = bucket_state(v)
   end
   local was = t -- when the stored bucket was full, or earlier
   if t then
@@ -32,7 +31,7 @@ local function token_bucket(key, now, rate, event, cap, n, _, _, cell)
     -- refilled, up to cap (after a long gap (now - t) × rate passes 2^53
     -- and rounds; but rounding never brings a sum of cap or more below
     -- cap, a double)
-    tokens = tonumber(k) + (now - t) * rate
+    tokens = k + (now - t) * rate
     if tokens > cap then
       tokens = cap
     end
@@ -51,5 +50,5 @@ local function token_bucket(key, now, rate, event, cap, n, _, _, cell)
   local left = tokens - need
   local refill = ceildiv(cap - left, rate)
   local keep, ttl = meter_ttl(was, now + refill, now - lag, cell)
-  return true, avail, 0, reset_before, lag + refill, 0, format('%d:%d', now, left), nil, keep, ttl
+  return true, avail, 0, reset_before, lag + refill, 0, format('%x/%x', now, left), nil, keep, ttl
 end
