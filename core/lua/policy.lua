@@ -18,7 +18,7 @@
 --   remaining × 4 + 2 if the rule admits + 1 if a third integer follows,
 --   then reset_after_us, then delay_us (admitted) or retry_after_us
 --   (denied). A policy of one rule leaves the third out when it is 0 (see
---   decide1); one of several rules always sends it (see decide). The request
+--   run); one of several rules always sends it (see decide). The request
 --   is admitted when every rule admits.
 --   When a request failed (a key of the wrong type), its answer is its
 --   error message in integers instead (see put_error), which begins with a
@@ -98,52 +98,6 @@ local function store(key, write, keep, ttl, tick)
   end
 end
 
--- decide1 is decide for a policy of one rule, the common case, with the
--- work of store written out (one function call less per decision). It
--- appends two or three integers (see the top of this file), leaving the
--- third out when it is 0. No algorithm lets its state pass its capacity,
--- so remaining is never negative; were it ever, it is sent as 0 rather
--- than as a negative integer, which marks an error.
-local function decide1(d, consume, n)
-  local r = rules[1]
-  local tick = r[2]
-  local key = KEYS[d]
-  local ok, avail, retry, reset_before, reset_after, delay, write, after, keep, ttl =
-    r[1](key, r[3], r[4], r[5], r[6], n, tick, r[7], r[8])
-  local h, reset, extra
-  if not ok then
-    h, reset, extra = avail * 4, reset_before * tick, retry * tick
-  elseif not consume then
-    h, reset, extra = avail * 4 + 2, reset_before * tick, delay * tick
-  else
-    if keep then
-      if keep == 'incr' then
-        call('INCRBY', key, write)
-      else
-        call('SET', key, write, 'KEEPTTL')
-      end
-    elseif type(write) == 'string' then
-      call('SET', key, write, 'PX', ttl_ms(ttl or reset_after, tick))
-    else
-      write()
-    end
-    if after == nil then
-      after = avail - n
-    end
-    h, reset, extra = after * 4 + 2, reset_after * tick, delay * tick
-  end
-  if h < 0 then
-    h = h % 4 -- remaining 0, the flags kept
-  end
-  if extra ~= 0 then
-    replies[top + 1], replies[top + 2], replies[top + 3] = h + 1, reset, extra
-    top = top + 3
-  else
-    replies[top + 1], replies[top + 2] = h, reset
-    top = top + 2
-  end
-end
-
 -- per rule, the pending write of the request being decided; reused
 local pending_write, pending_after, pending_reset, pending_keep, pending_ttl = {}, {}, {}, {}, {}
 
@@ -160,7 +114,7 @@ local function decide(d, consume, n)
     local ok, avail, retry, reset_before, reset_after, delay, write, after, keep, ttl =
       r[1](KEYS[base + i], r[3], r[4], r[5], r[6], n, tick, r[7], r[8])
     if avail < 0 then
-      avail = 0 -- never, as in decide1
+      avail = 0 -- never, as for one rule (see run)
     end
     if after == nil then
       after = avail - n
@@ -193,47 +147,6 @@ local function decide(d, consume, n)
   top = out + 3 * R
 end
 
-local decide_request = decide
-if R == 1 then
-  decide_request = decide1
-  local r = rules[1]
-  local take -- (a window rule's third parameter is 0 for the string form)
-  if r[1] == fixed_window and r[6] > 0 then
-    take = fw_take
-  elseif r[1] == sliding_window_counter and r[6] > 0 then
-    take = swc_take
-  end
-  if take then
-    -- decide1 for a rule that uses the integer form of FixedWindow or
-    -- SlidingWindowCounter: a request that consumes is taken by fw_take
-    -- or swc_take, with one command when admitted (see
-    -- fixed_window.lua), and its answer written as decide1 writes it;
-    -- any other request, or one whose key does not hold an integer, goes
-    -- to decide1. (Made here, so that only the calls that use it pay for
-    -- making it.)
-    decide_request = function(d, consume, n)
-      if consume then
-        local r = rules[1]
-        local tick = r[2]
-        local ok, remaining, reset, retry = take(KEYS[d], r[3], r[4], r[5], r[6], n, tick, r[7])
-        if ok then
-          replies[top + 1], replies[top + 2] = remaining * 4 + 2, reset * tick
-          top = top + 2
-          return
-        elseif ok == false then
-          if remaining < 0 then
-            remaining = 0 -- never, as in decide1
-          end
-          replies[top + 1], replies[top + 2], replies[top + 3] = remaining * 4 + 1, reset * tick, retry * tick
-          top = top + 3
-          return
-        end
-      end
-      decide1(d, consume, n)
-    end
-  end
-end
-
 -- Requests are decided in one protected loop; when one fails (a key of
 -- the wrong type), its error becomes its reply and the loop resumes after
 -- it. One pcall per script call, not one per request.
@@ -245,15 +158,102 @@ if count == 0 then
   unit = 1
 end
 local d = 1
-local function run()
-  while d <= count do
-    local n = unit or tonumber(ARGV[base + d - 1])
-    if n > 0 then
-      decide_request(d, true, n)
-    else
-      decide_request(d, false, -n)
+local run -- decides requests d .. count
+if R > 1 then
+  run = function()
+    while d <= count do
+      local n = unit or tonumber(ARGV[base + d - 1])
+      if n > 0 then
+        decide(d, true, n)
+      else
+        decide(d, false, -n)
+      end
+      d = d + 1
     end
-    d = d + 1
+  end
+else
+  -- A policy of one rule, the common case: decide's work for one rule and
+  -- store's written out in the loop, a Lua call or two less per request
+  -- (each costs Redis several hundred instructions). It appends two or
+  -- three integers per request (see the top of this file), leaving the
+  -- third out when it is 0. No algorithm lets its state pass its
+  -- capacity, so remaining is never negative; were it ever, it is sent as
+  -- 0 rather than as a negative integer, which marks an error.
+  --
+  -- A request that consumes, of a rule that uses the integer form of
+  -- FixedWindow or SlidingWindowCounter (its third parameter is 1), is
+  -- taken by fw_take or swc_take first, with one command when admitted
+  -- (see fixed_window.lua); one whose key does not hold an integer goes
+  -- the common way.
+  run = function()
+    local r = rules[1]
+    local alg, tick, now, a, b, c, p, e = r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8]
+    local take
+    if alg == fixed_window and c > 0 then
+      take = fw_take
+    elseif alg == sliding_window_counter and c > 0 then
+      take = swc_take
+    end
+    while d <= count do
+      local n = unit or tonumber(ARGV[base + d - 1])
+      local consume = n > 0
+      if not consume then
+        n = -n
+      end
+      local key = KEYS[d]
+      local taken -- true or false when take decided, nil when it did not
+      if take and consume then
+        local remaining, reset, retry
+        taken, remaining, reset, retry = take(key, now, a, b, c, n, tick, p)
+        if taken then
+          replies[top + 1], replies[top + 2] = remaining * 4 + 2, reset * tick
+          top = top + 2
+        elseif taken == false then
+          if remaining < 0 then
+            remaining = 0 -- never, as below
+          end
+          replies[top + 1], replies[top + 2], replies[top + 3] = remaining * 4 + 1, reset * tick, retry * tick
+          top = top + 3
+        end
+      end
+      if taken == nil then
+        local ok, avail, retry, reset_before, reset_after, delay, write, after, keep, ttl =
+          alg(key, now, a, b, c, n, tick, p, e)
+        local h, reset, extra
+        if not ok then
+          h, reset, extra = avail * 4, reset_before * tick, retry * tick
+        elseif not consume then
+          h, reset, extra = avail * 4 + 2, reset_before * tick, delay * tick
+        else
+          if keep then
+            if keep == 'incr' then
+              call('INCRBY', key, write)
+            else
+              call('SET', key, write, 'KEEPTTL')
+            end
+          elseif type(write) == 'string' then
+            call('SET', key, write, 'PX', ttl_ms(ttl or reset_after, tick))
+          else
+            write()
+          end
+          if after == nil then
+            after = avail - n
+          end
+          h, reset, extra = after * 4 + 2, reset_after * tick, delay * tick
+        end
+        if h < 0 then
+          h = h % 4 -- remaining 0, the flags kept
+        end
+        if extra ~= 0 then
+          replies[top + 1], replies[top + 2], replies[top + 3] = h + 1, reset, extra
+          top = top + 3
+        else
+          replies[top + 1], replies[top + 2] = h, reset
+          top = top + 2
+        end
+      end
+      d = d + 1
+    end
   end
 end
 while d <= count do
