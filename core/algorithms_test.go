@@ -160,7 +160,8 @@ func TestAlgorithms(t *testing.T) {
 // interval is a whole number of microseconds (10 per hour), and as
 // "<ticks>:<remainder>" when it is not (7 per hour). Either form is read,
 // whatever the limit: a key written as "<ticks>:0" decides as the same key
-// written as "<ticks>".
+// written as "<ticks>". A write that keeps the key's TTL adds to the
+// integer (INCRBY): the value must come out the same.
 func TestGCRAStateForms(t *testing.T) {
 	c := redistest.Client(t)
 	ctx := context.Background()
@@ -180,6 +181,29 @@ func TestGCRAStateForms(t *testing.T) {
 		}
 	}
 	v, _ := c.Get(ctx, whole.keys("a")[0]).Result()
+	// One more event moves the TAT by its emission interval, 360s; within
+	// the hour-long cell of the key's expiry, the expiry stays (INCRBY),
+	// and past it moves to the end of the next hour.
+	tat, _ := strconv.ParseInt(v, 10, 64)
+	if err := c.Set(ctx, whole.keys("c")[0], v, c.PTTL(ctx, whole.keys("a")[0]).Val()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	ttl := c.PTTL(ctx, whole.keys("c")[0]).Val()
+	if _, err := whole.Allow(ctx, "c"); err != nil {
+		t.Fatal(err)
+	}
+	const hour = int64(time.Hour / time.Microsecond)
+	next, err := c.Get(ctx, whole.keys("c")[0]).Int64()
+	ttl2 := c.PTTL(ctx, whole.keys("c")[0]).Val()
+	if err != nil || next != tat+360_000_000 {
+		t.Errorf("after one more event Redis holds %d (%v); want %d", next, err, tat+360_000_000)
+	}
+	if next/hour == tat/hour && (ttl2 > ttl || ttl2 < ttl-time.Second) {
+		t.Errorf("the TAT moved within its hour, and the TTL from %v to %v; want it kept", ttl, ttl2)
+	}
+	if end := time.UnixMicro((next/hour + 1) * hour); next/hour != tat/hour && time.Until(end)-ttl2 > time.Second {
+		t.Errorf("the TAT moved into the next hour, and the TTL to %v; want it to the hour's end, %v", ttl2, time.Until(end))
+	}
 	if err := c.Set(ctx, whole.keys("b")[0], v+":0", time.Hour).Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,8 @@
 -- always 0, and the one-number form spares the script a pattern match and
 -- half its formatting: a tenth of a decision's work in Redis, for a key
 -- read again before it expires. Redis also stores such a value as an
--- integer, in less memory.)
+-- integer, in less memory, and a write that keeps the key's TTL (see
+-- meter_ttl) adds to it with INCRBY.)
 -- Params: a = units per tick, b = units per event (the emission interval is
 -- b/a ticks), c = burst in units (burst × b), d unused, e = the period in
 -- ticks (the cells of the key's TTL, see meter_ttl).
@@ -20,9 +21,11 @@ local function gcra(key, now, rate, event, cap, n, _, _, cell)
   local debt = 0 -- TAT − now, in units
   local need = n * event
   local was -- the stored TAT's whole ticks
+  local whole_form -- the stored value is the one-number form
   local v = call('GET', key)
   if v then
     local tat, rem = tonumber(v), 0
+    whole_form = tat
     if not tat then
       tat, rem = match(v, '^(%d+):(%d+)$')
       tat, rem = tonumber(tat), tonumber(rem)
@@ -60,6 +63,11 @@ local function gcra(key, now, rate, event, cap, n, _, _, cell)
   -- before the end of tat's cell, a whole tick)
   local keep, ttl = meter_ttl(was, tat, now, cell)
   if rem == 0 then
+    if keep and whole_form then
+      -- INCRBY moves the TAT and keeps the TTL, in place: about an eighth
+      -- of a decision's work in Redis less than SET ... KEEPTTL
+      return true, avail, 0, reset_before, whole, 0, format('%d', tat - was), nil, 'incr'
+    end
     return true, avail, 0, reset_before, whole, 0, format('%d', tat), nil, keep, ttl
   end
   return true, avail, 0, reset_before, whole + 1, 0, format('%d:%d', tat, rem), nil, keep, ttl

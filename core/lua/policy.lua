@@ -181,7 +181,7 @@ else
   -- 0 rather than as a negative integer, which marks an error.
   --
   -- A request that consumes, of a rule that uses the integer form of
-  -- FixedWindow or SlidingWindowCounter (its third parameter is 1), is
+  -- FixedWindow or SlidingWindowCounter (its third parameter is not 0), is
   -- taken by fw_take or swc_take first, with one command when admitted
   -- (see fixed_window.lua); one whose key does not hold an integer goes
   -- the common way.

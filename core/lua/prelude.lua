@@ -38,8 +38,10 @@
 --                 written in, for the window algorithms): policy.lua then
 --                 stores write with SET ... KEEPTTL, sparing Redis a rewrite
 --                 of the key's expiry; or 'incr' (the integer forms of
---                 fixed_window and sliding_window_counter): write is then
---                 n, added with INCRBY, which keeps the TTL too
+--                 fixed_window, sliding_window_counter and gcra): write
+--                 is then what to add to the stored integer (n events, or
+--                 gcra's TAT's advance in ticks) with INCRBY, which keeps
+--                 the TTL too
 --   ttl           optional: the TTL, in ticks, to store write with when
 --                 not keep (default reset_after; the meters round it up
 --                 to the end of a cell, see meter_ttl)
