@@ -269,17 +269,26 @@ func latencyOf(bs []*bench) latency {
 	return lat
 }
 
-// rows returns the libraries in table order: sluice's, then the peers.
-func (l latency) rows() []string {
+// rows returns the libraries in table order (see tableRows).
+func (l latency) rows() []string { return tableRows(l) }
+
+// tableRows returns the libraries of m in table order: sluice's, as
+// BenchmarkAllow lists them, then the peers.
+func tableRows[V any](m map[string]V) []string {
 	var rows []string
-	for lib := range l {
+	for lib := range m {
 		if isSluice(lib) {
 			rows = append(rows, lib)
 		}
 	}
-	sort.Strings(rows)
+	sort.Slice(rows, func(i, j int) bool {
+		if oi, oj := order(rows[i]), order(rows[j]); oi != oj {
+			return oi < oj
+		}
+		return rows[i] < rows[j]
+	})
 	for _, p := range peers {
-		if _, ok := l[p]; ok {
+		if _, ok := m[p]; ok {
 			rows = append(rows, p)
 		}
 	}
@@ -322,22 +331,8 @@ func turnsOf(bs []*bench) turnsRun {
 	return t
 }
 
-// rows returns the libraries in table order: sluice's, then the peers.
-func (t turnsRun) rows() []string {
-	var rows []string
-	for lib := range t {
-		if isSluice(lib) {
-			rows = append(rows, lib)
-		}
-	}
-	sort.Slice(rows, func(i, j int) bool { return order(rows[i]) < order(rows[j]) })
-	for _, p := range peers {
-		if _, ok := t[p]; ok {
-			rows = append(rows, p)
-		}
-	}
-	return rows
-}
+// rows returns the libraries in table order (see tableRows).
+func (t turnsRun) rows() []string { return tableRows(t) }
 
 // order ranks sluice's rows as BenchmarkAllow lists them.
 func order(row string) int {
