@@ -204,6 +204,17 @@ func TestGCRAStateForms(t *testing.T) {
 	if end := time.UnixMicro((next/hour + 1) * hour); next/hour != tat/hour && time.Until(end)-ttl2 > time.Second {
 		t.Errorf("the TAT moved into the next hour, and the TTL to %v; want it to the hour's end, %v", ttl2, time.Until(end))
 	}
+	// A value that Lua reads as the TAT but Redis's INCRBY does not take
+	// for an integer (written from outside): the write replaces it.
+	if err := c.Set(ctx, whole.keys("d")[0], "0"+v, c.PTTL(ctx, whole.keys("a")[0]).Val()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := whole.Allow(ctx, "d"); err != nil || !r.Allowed || r.Remaining != 7 {
+		t.Errorf("over %q: %+v, %v; want admitted with 7 left", "0"+v, r, err)
+	}
+	if d, err := c.Get(ctx, whole.keys("d")[0]).Int64(); err != nil || d != tat+360_000_000 {
+		t.Errorf("over %q Redis holds %d (%v); want %d", "0"+v, d, err, tat+360_000_000)
+	}
 	if err := c.Set(ctx, whole.keys("b")[0], v+":0", time.Hour).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -246,6 +257,8 @@ func TestBucketStateForms(t *testing.T) {
 		}
 		// The same state in decimal, as earlier versions wrote it, and a
 		// value of neither form.
+		// The decimal form's TTL, from an earlier version, is the time its
+		// state needed, not the end of a cell: it is written anew.
 		for _, tc := range []struct {
 			value string
 			left  int
@@ -253,12 +266,15 @@ func TestBucketStateForms(t *testing.T) {
 			{fmt.Sprintf("%d:%d", tick, units), 6},
 			{"garbage", 9},
 		} {
-			if err := c.Set(ctx, key("b"), tc.value, time.Hour).Err(); err != nil {
+			if err := c.Set(ctx, key("b"), tc.value, 100*time.Millisecond).Err(); err != nil {
 				t.Fatal(err)
 			}
 			r, err := lim.Allow(ctx, "b")
 			if err != nil || !r.Allowed || r.Remaining != tc.left {
 				t.Errorf("%s over %q: %+v, %v; want admitted with %d left", alg, tc.value, r, err, tc.left)
+			}
+			if ttl := c.PTTL(ctx, key("b")).Val(); ttl < r.ResetAfter {
+				t.Errorf("%s over %q: TTL %v, shorter than the state needs, %v", alg, tc.value, ttl, r.ResetAfter)
 			}
 		}
 	}

@@ -58,9 +58,11 @@
 // log), rounded up to whole milliseconds and never 0, and never shorter
 // than the time until the key would be back to its untouched state: one
 // Period for the windows, two for SlidingWindowCounter; for the buckets and
-// GCRA, the time to refill Burst, rounded up to the end of a Period-long
-// cell, so that a busy key's expiry moves once a Period at most (see the
-// README). Redis memory per key is in the README.
+// GCRA, the time to refill Burst, rounded up to the end of a cell (the
+// Period, or that time when it is shorter), so that a busy key's expiry
+// moves once a cell at most (see the README). A key whose TTL is removed
+// from outside (PERSIST) gets one again with its next window or cell.
+// Redis memory per key is in the README.
 //
 // # In memory
 //

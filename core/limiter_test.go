@@ -416,7 +416,7 @@ func TestMeterKeysExpireAtTheirCellsEnd(t *testing.T) {
 // TestTTLOnEveryKey checks the TTL of every key every algorithm writes:
 // never missing, never 0, never longer than needed to forget the key.
 func TestTTLOnEveryKey(t *testing.T) {
-	limits := []Limit{PerSecond(10), {Rate: 5, Period: 500 * ms}, {Rate: 1, Period: ms}, PerHour(3), {Rate: 2, Period: s, Burst: 6}}
+	limits := []Limit{PerSecond(10), {Rate: 5, Period: 500 * ms}, {Rate: 1, Period: ms}, PerHour(3), {Rate: 2, Period: s, Burst: 6}, {Rate: 10, Period: s, Burst: 2}}
 	for _, alg := range Algorithms {
 		for _, l := range limits {
 			if alg.windowed() && l.Burst != 0 {
@@ -427,13 +427,15 @@ func TestTTLOnEveryKey(t *testing.T) {
 			capacity := l.withBurst().Burst
 			// The longest a key is kept: two windows for the counter, one
 			// for the others; for the meters, the time to refill Burst,
-			// rounded up to the end of a period (see meter_ttl).
+			// rounded up to the end of a cell: the period, or that time
+			// when it is shorter (see meter_ttl).
 			bound := l.Period
 			if alg == SlidingWindowCounter {
 				bound = 2 * l.Period
 			}
 			if !alg.windowed() {
-				bound = time.Duration(int64(l.Period)*int64(capacity)/int64(l.Rate)) + l.Period
+				refill := time.Duration(int64(l.Period) * int64(capacity) / int64(l.Rate))
+				bound = refill + min(refill, l.Period)
 			}
 			for i := 0; i < 2*capacity; i++ {
 				lim.Allow(context.Background(), "k")

@@ -163,8 +163,8 @@ func (c *compiledRule) fits() bool {
 
 // scriptArgs returns the rule's ARGV entries: algorithm code, tick, then the
 // algorithm's five parameters a to e (see the headers of the .lua files).
-// The meters' e is the period, the cells in which they round a key's TTL
-// up (see meter_ttl in lua/prelude.lua); the windows' is unused.
+// The meters' e is the length of the cells in which they round a key's
+// TTL up (see meter_ttl in lua/prelude.lua); the windows' is unused.
 func (c *compiledRule) scriptArgs() []interface{} {
 	i := func(v int64) interface{} { return strconv.FormatInt(v, 10) }
 	switch c.Algorithm {
@@ -180,7 +180,11 @@ func (c *compiledRule) scriptArgs() []interface{} {
 	case SlidingWindowLog:
 		return []interface{}{algCode[c.Algorithm], i(c.tick), i(int64(c.Limit.Rate)), i(c.periodTicks), "0", "0", "0"}
 	default:
-		return []interface{}{algCode[c.Algorithm], i(c.tick), i(c.rateUnits), i(c.eventUnits), i(c.capUnits), i(c.maxDelay), i(c.periodTicks)}
+		// The cells of a meter's TTL: the period, or the time to refill
+		// (or drain) the burst when that is shorter, so that an idle key
+		// outlives its state by less than either.
+		cell := min(c.periodTicks, ceilDiv(c.capUnits, c.rateUnits))
+		return []interface{}{algCode[c.Algorithm], i(c.tick), i(c.rateUnits), i(c.eventUnits), i(c.capUnits), i(c.maxDelay), i(cell)}
 	}
 }
 

@@ -14,8 +14,8 @@
 -- integer, in less memory, and a write that keeps the key's TTL (see
 -- meter_ttl) adds to it with INCRBY.)
 -- Params: a = units per tick, b = units per event (the emission interval is
--- b/a ticks), c = burst in units (burst × b), d unused, e = the period in
--- ticks (the cells of the key's TTL, see meter_ttl).
+-- b/a ticks), c = burst in units (burst × b), d unused, e = the cells of
+-- the key's TTL, in ticks (see meter_ttl).
 -- Returns the common shape (prelude.lua).
 local function gcra(key, now, rate, event, cap, n, _, _, cell)
   local debt = 0 -- TAT − now, in units
@@ -66,7 +66,7 @@ local function gcra(key, now, rate, event, cap, n, _, _, cell)
     if keep and whole_form then
       -- INCRBY moves the TAT and keeps the TTL, in place: about an eighth
       -- of a decision's work in Redis less than SET ... KEEPTTL
-      return true, avail, 0, reset_before, whole, 0, format('%d', tat - was), nil, 'incr'
+      return true, avail, 0, reset_before, whole, 0, tat, nil, format('%d', tat - was)
     end
     return true, avail, 0, reset_before, whole, 0, format('%d', tat), nil, keep, ttl
   end

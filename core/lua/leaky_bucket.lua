@@ -11,7 +11,7 @@
 -- units (burst × event), d = the longest delay admitted, in ticks, or -1 for
 -- no bound beyond the capacity (core.WithMaxDelay). A request whose delay
 -- would exceed d is denied, and like every denial consumes nothing. e = the
--- period in ticks (the cells of the key's TTL, see meter_ttl).
+-- cells of the key's TTL, in ticks (see meter_ttl).
 -- Returns the common shape (prelude.lua), with delay set when ok, and,
 -- with a delay bound, the remaining count after consuming as an eighth
 -- value (it is not simply avail - n when the bound binds; without one it
@@ -42,11 +42,11 @@ local function leaky_bucket(key, now, rate, event, cap, n, _, maxdelay, cell)
   local level = 0
   local lag = 0 -- ticks from now to the last update, when the clock stepped back
   local v = call('GET', key)
-  local t, l
+  local t, l, ours
   if v then
-    t, l = bucket_state(v)
+    t, l, ours = bucket_state(v)
   end
-  local was = t -- when the stored meter was empty, or earlier
+  local was = ours and t -- when the stored meter was empty, or earlier
   if t then
     if now < t then
       -- The clock stepped back: time does not run backwards here. The meter
@@ -70,7 +70,7 @@ local function leaky_bucket(key, now, rate, event, cap, n, _, maxdelay, cell)
   local reset_before = 0
   if level > 0 then
     reset_before = lag + wait
-    was = now + wait
+    was = ours and now + wait
   end
   local over_cap = level + need > cap
   local over_delay = maxdelay >= 0 and wait > maxdelay

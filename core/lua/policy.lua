@@ -94,8 +94,10 @@ local function store(key, write, keep, ttl, tick)
   if keep then
     if keep == 'incr' then
       call('INCRBY', key, write)
-    else
+    elseif keep == true then
       call('SET', key, write, 'KEEPTTL')
+    elseif redis.pcall('INCRBY', key, keep) ~= write then
+      call('SET', key, format('%d', write), 'KEEPTTL') -- (see prelude.lua)
     end
   elseif type(write) == 'string' then
     call('SET', key, write, 'PX', ttl_ms(ttl, tick))
@@ -234,8 +236,10 @@ else
           if keep then
             if keep == 'incr' then
               call('INCRBY', key, write)
-            else
+            elseif keep == true then
               call('SET', key, write, 'KEEPTTL')
+            elseif redis.pcall('INCRBY', key, keep) ~= write then
+              call('SET', key, format('%d', write), 'KEEPTTL') -- (see prelude.lua)
             end
           elseif type(write) == 'string' then
             call('SET', key, write, 'PX', ttl_ms(ttl or reset_after, tick))

@@ -27,8 +27,8 @@
 --   reset_after   ticks until the key is untouched once n are consumed (when ok)
 --   delay         ticks the admitted events wait before proceeding (LeakyBucket)
 --   write         when ok: the key's new value, a string that policy.lua
---                 stores with SET ... PX reset_after (one command: the value
---                 and its TTL together), or with SET ... KEEPTTL when keep;
+--                 stores with SET ... PX ttl (one command: the value and
+--                 its TTL together), or with SET ... KEEPTTL when keep;
 --                 or a function that writes, for sliding_window_log. Only
 --                 called or stored when every rule of the policy admits.
 --   after         optional: unit events admissible once n are consumed
@@ -38,10 +38,13 @@
 --                 written in, for the window algorithms): policy.lua then
 --                 stores write with SET ... KEEPTTL, sparing Redis a rewrite
 --                 of the key's expiry; or 'incr' (the integer forms of
---                 fixed_window, sliding_window_counter and gcra): write
---                 is then what to add to the stored integer (n events, or
---                 gcra's TAT's advance in ticks) with INCRBY, which keeps
---                 the TTL too
+--                 fixed_window and sliding_window_counter): write is then
+--                 n, added with INCRBY, which keeps the TTL too; or, for
+--                 gcra, a decimal string to add to the stored integer with
+--                 INCRBY, write then being the new value as a number: when
+--                 INCRBY does not answer it (Redis does not take a value
+--                 written from outside, such as "0123", for an integer),
+--                 write replaces the value with SET ... KEEPTTL
 --   ttl           optional: the TTL, in ticks, to store write with when
 --                 not keep (default reset_after; the meters round it up
 --                 to the end of a cell, see meter_ttl)
@@ -90,18 +93,19 @@ local function ttl_ms(ticks, tick)
 end
 
 -- bucket_state reads the value of a bucket's key (token_bucket,
--- leaky_bucket): two integers in hexadecimal, "<t>/<x>"; or the decimal
--- "<t>:<x>" of earlier versions. nil, nil when neither. (Lua reads a
+-- leaky_bucket): two integers in hexadecimal, "<t>/<x>", and true; or the
+-- decimal "<t>:<x>" of earlier versions, whose TTL is not the end of a
+-- cell (see meter_ttl), and false. nil, nil when neither. (Lua reads a
 -- number through the C library: a 16-digit decimal through strtod, about
 -- 150ns in Redis, its hexadecimal form through strtoul, about 55. Redis
 -- stores either string in the same 104 bytes.)
 local function bucket_state(v)
   local t, x = match(v, '^(%x+)/(%x+)$')
   if t then
-    return tonumber(t, 16), tonumber(x, 16)
+    return tonumber(t, 16), tonumber(x, 16), true
   end
   t, x = match(v, '^(%d+):(%d+)$')
-  return tonumber(t), tonumber(x)
+  return tonumber(t), tonumber(x), false
 end
 
 -- ahead_alive reports whether key, whose value the window algorithms read
@@ -118,12 +122,13 @@ end
 -- its state is back to untouched (full, or empty), which moves with every
 -- write. Moving the key's expiry with it costs Redis about a sixth of a
 -- decision, so they set it further, at the end of the cell holding that
--- tick (cells of e ticks, a period, aligned to the Unix epoch), and keep
--- it (SET ... KEEPTTL) while later writes are back to untouched within the
--- same cell: a key hit again within a period, as a busy one is, moves its
--- expiry once a period at most. A key outlives its use by less than a
--- period: its TTL is at most a period more than the time to refill (or
--- drain) its burst.
+-- tick (cells of e ticks, aligned to the Unix epoch: the period, or the
+-- time to refill (or drain) the burst when that is shorter), and keep it
+-- (SET ... KEEPTTL) while later writes are back to untouched within the
+-- same cell: a key hit again within a cell, as a busy one is, moves its
+-- expiry once a cell at most. A key outlives its use by less than a cell:
+-- its TTL is at most the time to refill its burst plus the shorter of
+-- that time and the period.
 --
 -- meter_ttl returns whether the key keeps its TTL, and otherwise the TTL
 -- to write, in ticks from real (now on Redis's clock, which a meter that
@@ -134,7 +139,9 @@ end
 -- done, or keeps a later one: so when done lies in was's cell, the key
 -- already lives long enough. (A value written from outside, or whose TTL
 -- was removed, has no such expiry: it gets one at its first write in
--- another cell.)
+-- another cell. So has a GCRA value written by an earlier version, which
+-- expired with its TAT: its form is the same. The buckets' earlier form
+-- is told apart, and given a new TTL at once: see bucket_state.)
 local function meter_ttl(was, done, real, cell)
   local end_ = done - done % cell + cell
   return was and was - was % cell + cell == end_, end_ - real

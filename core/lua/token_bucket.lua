@@ -8,18 +8,18 @@
 -- KEYS: the rule's key, a string "<time of the last update (ticks)>/<tokens
 -- in units>", both in hexadecimal (see bucket_state). A missing key is a full bucket.
 -- Params: a = rate units refilled per tick, b = units per event,
--- c = capacity in units (burst × event), d unused, e = the period in ticks
--- (the cells of the key's TTL, see meter_ttl).
+-- c = capacity in units (burst × event), d unused, e = the cells of the
+-- key's TTL, in ticks (see meter_ttl).
 -- Returns the common shape (prelude.lua).
 local function token_bucket(key, now, rate, event, cap, n, _, _, cell)
   local tokens = cap
   local lag = 0 -- ticks from now to the last update, when the clock stepped back
   local v = call('GET', key)
-  local t, k
+  local t, k, ours
   if v then
-    t, k = bucket_state(v)
+    t, k, ours = bucket_state(v)
   end
-  local was = t -- when the stored bucket was full, or earlier
+  local was = ours and t -- when the stored bucket was full, or earlier
   if t then
     if now < t then
       -- The clock stepped back: time does not run backwards here. The
@@ -42,7 +42,7 @@ local function token_bucket(key, now, rate, event, cap, n, _, _, cell)
   if tokens < cap then
     local refill = ceildiv(cap - tokens, rate)
     reset_before = lag + refill
-    was = now + refill
+    was = ours and now + refill
   end
   if tokens < need then
     return false, avail, lag + ceildiv(need - tokens, rate), reset_before, 0, 0, nil
