@@ -365,6 +365,19 @@ func TestFixedWindowStateForms(t *testing.T) {
 		t.Errorf("Redis holds %d (TTL %v); want this window's tag with count 5, the TTL of %v kept", v, ttl, short)
 	}
 
+	// This window's count written from outside with a leading zero: Lua
+	// reads it as the count, Redis's INCRBY refuses it, and the write
+	// replaces it, its TTL kept.
+	if err := c.Set(ctx, key("e"), fmt.Sprintf("0%d", tag<<32+4), short).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := lim.Allow(ctx, "e"); err != nil || !r.Allowed || r.Remaining != 5 {
+		t.Errorf("Allow over \"0\" and a count of 4: %+v, %v; want admitted with 5 left", r, err)
+	}
+	if v, ttl := get("e"); v != tag<<32+5 || ttl <= 0 || ttl > short {
+		t.Errorf("Redis holds %d (TTL %v); want this window's tag with count 5, the TTL of %v kept", v, ttl, short)
+	}
+
 	// The string form stays for a rate of 2^31 or more, and for a period
 	// under 164.795ms.
 	for _, tc := range []struct {

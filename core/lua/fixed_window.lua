@@ -64,14 +64,14 @@ local function fixed_window(key, now, rate, period, integer, n, tick)
   local w = idiv(now, period)
   local c = 0
   local keep = false -- the value already holds this window: its TTL stays
-  local incr = false -- ... in the integer form: add n to it
+  local incr = false -- ... in the integer form, this one: add n to it
   local v = call('GET', key)
   if v then
     local x = tonumber(v)
     if x then
       local ahead, count = fw_ahead(key, x, now, w, period, tick)
       if ahead then
-        w, c, keep, incr = w + ahead, count, true, true
+        w, c, keep, incr = w + ahead, count, true, x
       end
     else
       local sw, sc = match(v, '^(%d+):(%d+)$')
@@ -93,7 +93,7 @@ local function fixed_window(key, now, rate, period, integer, n, tick)
     return true, rate - c, 0, reset_before, left, 0, format('%d:%d', w, c + n), nil, keep
   end
   if incr then
-    return true, rate - c, 0, reset_before, left, 0, int(n), nil, 'incr'
+    return true, rate - c, 0, reset_before, left, 0, incr + n, nil, int(n)
   end
   return true, rate - c, 0, reset_before, left, 0, int((w % 1048576 + 1) * 4294967296 + c + n), nil, keep
 end

@@ -92,9 +92,7 @@ end
 -- has (keep), or a write function.
 local function store(key, write, keep, ttl, tick)
   if keep then
-    if keep == 'incr' then
-      call('INCRBY', key, write)
-    elseif keep == true then
+    if keep == true then
       call('SET', key, write, 'KEEPTTL')
     elseif redis.pcall('INCRBY', key, keep) ~= write then
       call('SET', key, format('%d', write), 'KEEPTTL') -- (see prelude.lua)
@@ -234,9 +232,7 @@ else
           h, reset, extra = avail * 4 + 2, reset_before * tick, delay * tick
         else
           if keep then
-            if keep == 'incr' then
-              call('INCRBY', key, write)
-            elseif keep == true then
+            if keep == true then
               call('SET', key, write, 'KEEPTTL')
             elseif redis.pcall('INCRBY', key, keep) ~= write then
               call('SET', key, format('%d', write), 'KEEPTTL') -- (see prelude.lua)

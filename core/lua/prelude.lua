@@ -37,14 +37,14 @@
 --                 value will need it to (the end of the window it was
 --                 written in, for the window algorithms): policy.lua then
 --                 stores write with SET ... KEEPTTL, sparing Redis a rewrite
---                 of the key's expiry; or 'incr' (the integer forms of
---                 fixed_window and sliding_window_counter): write is then
---                 n, added with INCRBY, which keeps the TTL too; or, for
---                 gcra, a decimal string to add to the stored integer with
---                 INCRBY, write then being the new value as a number: when
---                 INCRBY does not answer it (Redis does not take a value
---                 written from outside, such as "0123", for an integer),
---                 write replaces the value with SET ... KEEPTTL
+--                 of the key's expiry; or, for the integer forms of
+--                 fixed_window, sliding_window_counter and gcra, a decimal
+--                 string: the amount to add to the stored integer with
+--                 INCRBY, which keeps the TTL too and updates it in place.
+--                 write is then the new value as a number; when INCRBY
+--                 does not answer it (Redis does not take a value written
+--                 from outside, such as "0123", for an integer), write
+--                 replaces the stored value with SET ... KEEPTTL
 --   ttl           optional: the TTL, in ticks, to store write with when
 --                 not keep (default reset_after; the meters round it up
 --                 to the end of a cell, see meter_ttl)

@@ -109,6 +109,7 @@ local function sliding_window_counter(key, now, rate, period, place, n, tick, ta
   -- when it was written while the clock stood behind that window: the TTL
   -- was then counted from the window's start, see wait)
   local keep = false
+  local stored -- the integer form of this window: add n to it
   local v = call('GET', key)
   if v then
     local x = place > 0 and tonumber(v)
@@ -117,7 +118,7 @@ local function sliding_window_counter(key, now, rate, period, place, n, tick, ta
       if sw == w - 1 then
         p = sc
       elseif sw then
-        w, p, c, keep = sw, sp, sc, 'incr'
+        w, p, c, stored = sw, sp, sc, x
       end
     else
       local sw, sp, sc = match(v, '^(%d+):(%d+):(%d+)$')
@@ -138,8 +139,8 @@ local function sliding_window_counter(key, now, rate, period, place, n, tick, ta
   end
   if place == 0 then
     return true, avail, 0, reset_before, reset_after, 0, format('%d:%d:%d', w, p, c + n), nil, keep
-  elseif keep == 'incr' then
-    return true, avail, 0, reset_before, reset_after, 0, int(n), nil, keep
+  elseif stored then
+    return true, avail, 0, reset_before, reset_after, 0, stored + n, nil, int(n)
   end
   return true, avail, 0, reset_before, reset_after, 0, int(((w % tags + 1) * place + p) * place + c + n), nil, keep
 end
