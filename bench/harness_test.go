@@ -68,10 +68,10 @@ func runConcurrent(b *testing.B, c int, rdb redis.UniversalClient, newDecider fu
 	warm(b, deciders)
 	hists := make([]histogram, c)
 	var (
-		next, errs, denied atomic.Int64
-		firstErr           atomic.Pointer[error]
-		wg                 sync.WaitGroup
-		n                  = int64(b.N)
+		next  atomic.Int64
+		tally tally
+		wg    sync.WaitGroup
+		n     = int64(b.N)
 	)
 	var before serverStats
 	if rdb != nil {
@@ -94,14 +94,7 @@ func runConcurrent(b *testing.B, c int, rdb redis.UniversalClient, newDecider fu
 				t1 := time.Now()
 				h.record(t1.Sub(t0))
 				t0 = t1
-				if err != nil {
-					if errs.Add(1) == 1 {
-						first := err // a copy: &err would move err to the heap on every decision
-						firstErr.Store(&first)
-					}
-				} else if !ok {
-					denied.Add(1)
-				}
+				tally.add(ok, err)
 			}
 		}(deciders[g], &hists[g])
 	}
@@ -118,12 +111,7 @@ func runConcurrent(b *testing.B, c int, rdb redis.UniversalClient, newDecider fu
 		}
 	}
 
-	if e := errs.Load(); e > 0 {
-		b.Fatalf("%d of %d decisions failed; the first: %v", e, b.N, *firstErr.Load())
-	}
-	if d := denied.Load(); d*100 > n {
-		b.Fatalf("%d of %d decisions denied: the limit is meant never to be reached", d, b.N)
-	}
+	tally.check(b, "", n)
 	var all histogram
 	for i := range hists {
 		all.merge(&hists[i])
@@ -131,6 +119,45 @@ func runConcurrent(b *testing.B, c int, rdb redis.UniversalClient, newDecider fu
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
 	b.ReportMetric(all.quantile(0.50).Seconds()*1e6, "p50-us")
 	b.ReportMetric(all.quantile(0.99).Seconds()*1e6, "p99-us")
+}
+
+// tally counts what concurrent callers' decisions came to: failures, the
+// first one kept, and denials.
+type tally struct {
+	errs, denied atomic.Int64
+	first        atomic.Pointer[error]
+}
+
+// add counts one decision. (Small enough to be inlined in the callers'
+// loops; the failure is counted out of line.)
+func (t *tally) add(ok bool, err error) {
+	if err != nil {
+		t.fail(err)
+	} else if !ok {
+		t.denied.Add(1)
+	}
+}
+
+// fail counts a failed decision, keeping the first error (out of line:
+// see add).
+//
+//go:noinline
+func (t *tally) fail(err error) {
+	if t.errs.Add(1) == 1 {
+		t.first.Store(&err)
+	}
+}
+
+// check fails the benchmark on any error, and on denials beyond 1% of the
+// n decisions: both would mean something else than decisions was measured.
+// what prefixes the messages.
+func (t *tally) check(b *testing.B, what string, n int64) {
+	if e := t.errs.Load(); e > 0 {
+		b.Fatalf("%s%d of %d decisions failed; the first: %v", what, e, n, *t.first.Load())
+	}
+	if d := t.denied.Load(); d*100 > n {
+		b.Fatalf("%s%d of %d decisions denied: the limit is meant never to be reached", what, d, n)
+	}
 }
 
 // serverStats is what the Redis server(s) behind a client have done so far.

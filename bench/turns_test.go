@@ -92,10 +92,10 @@ func BenchmarkTurns(b *testing.B) {
 // and denials beyond 1%, fail the benchmark, as in runConcurrent.
 func turn(b *testing.B, name string, deciders []decider, d time.Duration) (int64, time.Duration) {
 	var (
-		next, errs, denied atomic.Int64
-		firstErr           atomic.Pointer[error]
-		stop               atomic.Bool
-		wg                 sync.WaitGroup
+		next  atomic.Int64
+		tally tally
+		stop  atomic.Bool
+		wg    sync.WaitGroup
 	)
 	start := time.Now()
 	timer := time.AfterFunc(d, func() { stop.Store(true) })
@@ -107,26 +107,13 @@ func turn(b *testing.B, name string, deciders []decider, d time.Duration) (int64
 			ctx := context.Background()
 			for !stop.Load() {
 				i := next.Add(1)
-				ok, err := decide(ctx, keys[i%numKeys])
-				if err != nil {
-					if errs.Add(1) == 1 {
-						first := err
-						firstErr.Store(&first)
-					}
-				} else if !ok {
-					denied.Add(1)
-				}
+				tally.add(decide(ctx, keys[i%numKeys]))
 			}
 		}()
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
 	n := next.Load()
-	if e := errs.Load(); e > 0 {
-		b.Fatalf("%s: %d of %d decisions failed; the first: %v", name, e, n, *firstErr.Load())
-	}
-	if dn := denied.Load(); dn*100 > n {
-		b.Fatalf("%s: %d of %d decisions denied: the limit is meant never to be reached", name, dn, n)
-	}
+	tally.check(b, name+": ", n)
 	return n, elapsed
 }
