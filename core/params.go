@@ -151,7 +151,7 @@ func (c *compiledRule) fits() bool {
 	}
 	longest := 2 * c.periodTicks // SlidingWindowCounter's reset, the most of the windows
 	if !c.Algorithm.windowed() {
-		longest = ceilDiv(c.capUnits, c.rateUnits) // a whole refill, or drain
+		longest = c.refillTicks()
 	}
 	if longest > maxExact/c.tick {
 		return false
@@ -159,6 +159,12 @@ func (c *compiledRule) fits() bool {
 	// SlidingWindowCounter compares previous×(period−elapsed) + (current+n)×period
 	// with rate×period.
 	return c.Algorithm != SlidingWindowCounter || int64(c.Limit.Rate) <= maxExact/(2*c.periodTicks)
+}
+
+// refillTicks returns how long a meter takes to refill (or drain) its
+// whole burst, in ticks, rounded up.
+func (c *compiledRule) refillTicks() int64 {
+	return ceilDiv(c.capUnits, c.rateUnits)
 }
 
 // scriptArgs returns the rule's ARGV entries: algorithm code, tick, then the
@@ -183,7 +189,7 @@ func (c *compiledRule) scriptArgs() []interface{} {
 		// The cells of a meter's TTL: the period, or the time to refill
 		// (or drain) the burst when that is shorter, so that an idle key
 		// outlives its state by less than either.
-		cell := min(c.periodTicks, ceilDiv(c.capUnits, c.rateUnits))
+		cell := min(c.periodTicks, c.refillTicks())
 		return []interface{}{algCode[c.Algorithm], i(c.tick), i(c.rateUnits), i(c.eventUnits), i(c.capUnits), i(c.maxDelay), i(cell)}
 	}
 }
@@ -222,7 +228,7 @@ func (c *compiledRule) withMaxDelay(d time.Duration) {
 		return
 	}
 	ticks := int64(d/time.Microsecond) / c.tick
-	if ticks >= ceilDiv(c.capUnits, c.rateUnits) {
+	if ticks >= c.refillTicks() {
 		ticks = -1
 	}
 	c.maxDelay = ticks

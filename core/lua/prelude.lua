@@ -95,7 +95,7 @@ end
 -- bucket_state reads the value of a bucket's key (token_bucket,
 -- leaky_bucket): two integers in hexadecimal, "<t>/<x>", and true; or the
 -- decimal "<t>:<x>" of earlier versions, whose TTL is not the end of a
--- cell (see meter_ttl), and false. nil, nil when neither. (Lua reads a
+-- cell (see meter_ttl), and false. t is nil when neither. (Lua reads a
 -- number through the C library: a 16-digit decimal through strtod, about
 -- 150ns in Redis, its hexadecimal form through strtoul, about 55. Redis
 -- stores either string in the same 104 bytes.)
