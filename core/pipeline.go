@@ -230,6 +230,12 @@ func enforcesDeadlines(client redis.UniversalClient) bool {
 // ctx's). It reports whether c was
 // answered; when it was not, the caller must not reuse c.
 func (b *batcher) do(ctx context.Context, timeout time.Duration, c *call) (answered bool, err error) {
+	if err := ctx.Err(); err != nil {
+		// Ended before it was queued: never sent. (Queued, it could be
+		// answered before the wait below looks at ctx, and the select
+		// there picks either when both are ready.)
+		return false, err
+	}
 	now := time.Now()
 	c.deadline = time.Time{}
 	if timeout > 0 {
