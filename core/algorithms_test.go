@@ -156,18 +156,27 @@ func TestAlgorithms(t *testing.T) {
 	}
 }
 
-// GCRA stores its theoretical arrival time as one integer when its emission
-// interval is a whole number of microseconds (10 per hour), and as
-// "<ticks>:<remainder>" when it is not (7 per hour). Either form is read,
-// whatever the limit: a key written as "<ticks>:0" decides as the same key
-// written as "<ticks>". A write that keeps the key's TTL adds to the
-// integer (INCRBY): the value must come out the same.
-func TestGCRAStateForms(t *testing.T) {
+// The meters (GCRA, TokenBucket, LeakyBucket) store their theoretical
+// arrival time as one integer when their emission interval is a whole
+// number of microseconds (10 per hour), and as "<ticks>:<remainder>" when
+// it is not (7 per hour). Either form is read, whatever the limit: a key
+// written as "<ticks>:0" decides as the same key written as "<ticks>". A
+// write that keeps the key's TTL adds to the integer (INCRBY): the value
+// must come out the same. A value of neither form reads as no state. On a
+// real Redis (miniredis runs another Lua, whose tonumber and string.format
+// the twin tests cover).
+func TestMeterStateForms(t *testing.T) {
+	for _, alg := range []Algorithm{GCRA, TokenBucket, LeakyBucket} {
+		t.Run(string(alg), func(t *testing.T) { meterStateForms(t, alg) })
+	}
+}
+
+func meterStateForms(t *testing.T, alg Algorithm) {
 	c := redistest.Client(t)
 	ctx := context.Background()
-	prefix := fmt.Sprintf("gcra-forms-%d", time.Now().UnixNano())
-	whole := newOn(t, c, GCRA, PerHour(10), WithPrefix(prefix))
-	split := newOn(t, c, GCRA, PerHour(7), WithPrefix(prefix))
+	prefix := fmt.Sprintf("meter-forms-%d", time.Now().UnixNano())
+	whole := newOn(t, c, alg, PerHour(10), WithPrefix(prefix))
+	split := newOn(t, c, alg, PerHour(7), WithPrefix(prefix))
 	for _, tc := range []struct {
 		lim   *Limiter
 		colon bool
@@ -224,58 +233,18 @@ func TestGCRAStateForms(t *testing.T) {
 			t.Errorf("%s: %+v, %v; want admitted with 1 left of 10 after 2 and 7", key, r, err)
 		}
 	}
-}
-
-// TokenBucket and LeakyBucket store "<t>/<x>", the time of the last update
-// and the tokens (or level) in units, both in hexadecimal, and read the
-// decimal "<t>:<x>" of earlier versions as the same state. Anything else
-// in the key reads as a missing key. On a real Redis (miniredis runs
-// another Lua, whose tonumber and string.format the twin tests cover).
-func TestBucketStateForms(t *testing.T) {
-	c := redistest.Client(t)
-	ctx := context.Background()
-	prefix := fmt.Sprintf("bucket-forms-%d", time.Now().UnixNano())
-	for _, alg := range []Algorithm{TokenBucket, LeakyBucket} {
-		lim := newOn(t, c, alg, PerHour(10), WithPrefix(prefix))
-		key := func(k string) string { return lim.keys(k)[0] }
-		if r, err := lim.AllowN(ctx, "a", 3); err != nil || !r.Allowed || r.Remaining != 7 {
-			t.Fatalf("%s: AllowN 3: %+v, %v", alg, r, err)
+	// Neither form (a bucket's "<t>/<x>" of an earlier build, or anything
+	// written from outside): no state, replaced with a TTL of its own.
+	for _, v := range []string{"1a2b/3c", "garbage"} {
+		if err := c.Set(ctx, whole.keys("e")[0], v, 0).Err(); err != nil {
+			t.Fatal(err)
 		}
-		v, err := c.Get(ctx, key("a")).Result()
-		ts, xs, found := strings.Cut(v, "/")
-		tick, err1 := strconv.ParseInt(ts, 16, 64)
-		units, err2 := strconv.ParseInt(xs, 16, 64)
-		// 10 per hour: an event is 360,000,000 units, refilled (or
-		// drained) one a microsecond; the bucket holds 10 - 3 = 7 events'
-		// tokens, or a level of 3.
-		want := int64(7)
-		if alg == LeakyBucket {
-			want = 3
+		r, err := whole.Allow(ctx, "e")
+		if err != nil || !r.Allowed || r.Remaining != 9 {
+			t.Errorf("over %q: %+v, %v; want admitted with 9 left", v, r, err)
 		}
-		if err != nil || !found || err1 != nil || err2 != nil || units != want*360_000_000 {
-			t.Errorf("%s: Redis holds %q (%v); want \"<t>/<x>\" in hexadecimal with x = %d events", alg, v, err, want)
-		}
-		// The same state in decimal, as earlier versions wrote it, and a
-		// value of neither form.
-		// The decimal form's TTL, from an earlier version, is the time its
-		// state needed, not the end of a cell: it is written anew.
-		for _, tc := range []struct {
-			value string
-			left  int
-		}{
-			{fmt.Sprintf("%d:%d", tick, units), 6},
-			{"garbage", 9},
-		} {
-			if err := c.Set(ctx, key("b"), tc.value, 100*time.Millisecond).Err(); err != nil {
-				t.Fatal(err)
-			}
-			r, err := lim.Allow(ctx, "b")
-			if err != nil || !r.Allowed || r.Remaining != tc.left {
-				t.Errorf("%s over %q: %+v, %v; want admitted with %d left", alg, tc.value, r, err, tc.left)
-			}
-			if ttl := c.PTTL(ctx, key("b")).Val(); ttl < r.ResetAfter {
-				t.Errorf("%s over %q: TTL %v, shorter than the state needs, %v", alg, tc.value, ttl, r.ResetAfter)
-			}
+		if ttl := c.PTTL(ctx, whole.keys("e")[0]).Val(); ttl < r.ResetAfter || ttl > 2*time.Hour {
+			t.Errorf("over %q: TTL %v; want from ResetAfter, %v, to the end of its hour", v, ttl, r.ResetAfter)
 		}
 	}
 }

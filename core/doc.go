@@ -7,9 +7,10 @@
 // Application clocks never enter a decision, so instances with skewed
 // clocks agree; concurrent callers never over-admit, because Redis runs the
 // script atomically. Should Redis's own clock step back, state written at
-// a later time still counts: nothing refills, drains or starts a new
-// window until the clock has caught up, RetryAfter and ResetAfter count
-// from the clock's new time, and keys live as long as their state needs.
+// a later time still counts: the step gives nothing back (a meter holds
+// as much more debt as the clock stepped back, and no window starts anew
+// until the clock has caught up), RetryAfter and ResetAfter count from
+// the clock's new time, and keys live as long as their state needs.
 //
 // Concurrent decisions of one Limiter share script calls: a caller queues
 // its decision and waits for its own answer or its own deadline; queued
@@ -49,7 +50,9 @@
 // in one slot and one script can touch them. User keys longer than 64 bytes,
 // empty, starting with '#' or holding '}' are stored as '#' plus a SHA-256
 // prefix, so any bytes of any length are safe. The fingerprint hashes every
-// rule's name, algorithm, rate, period and burst: limiters with different
+// rule's name, algorithm, rate, period and burst (and, for TokenBucket and
+// LeakyBucket, the form of their state since it became GCRA's, so that
+// keys of earlier builds are never misread): limiters with different
 // rules never share state, and limiters with the same rules and prefix (the
 // many instances of one service) do. Changing a limit therefore starts its
 // counters afresh.

@@ -584,12 +584,12 @@ func TestFixedWindowClockStepBackMatchesTwin(t *testing.T) {
 	}
 }
 
-// After Redis's clock steps back behind a bucket's state, the bucket does
-// not refill (or drain) until the clock has caught up: a denial's
-// RetryAfter and ResetAfter count from now, and a key written meanwhile
-// keeps its state as long as that state needs (it used to expire as much
-// earlier as the clock had stepped back, forgetting a debt). Script and
-// twin agree throughout.
+// After Redis's clock steps back behind a meter's state, the meter counts
+// the step as time still to run before it refills (or drains): a
+// denial's RetryAfter and ResetAfter count from now, and a key written
+// meanwhile keeps its state as long as that state needs (it used to
+// expire as much earlier as the clock had stepped back, forgetting a
+// debt). Script and twin agree throughout.
 func TestBucketsAcrossClockStepBack(t *testing.T) {
 	for _, alg := range []Algorithm{TokenBucket, LeakyBucket, GCRA} {
 		t.Run(string(alg), func(t *testing.T) {
@@ -605,12 +605,15 @@ func TestBucketsAcrossClockStepBack(t *testing.T) {
 			if r := empty(T.Add(100*time.Millisecond), 1, "T+100ms"); !r.Allowed {
 				t.Errorf("T+100ms: %+v; want one event admitted", r)
 			}
-			// Half used at T; an event admitted after the clock stepped back
-			// 5s is remembered until the state is back to untouched.
+			// Half used at T, back to untouched at T + 500ms; 5s before T the
+			// meter holds 5.5s of debt: one event fits 4.6s on, at
+			// T - 400ms, and the meter is back to untouched 5.5s on.
 			half(T, 5, "T, half the burst")
-			half(T.Add(-5*time.Second), 1, "T-5s")
-			if r := half(T.Add(-4*time.Second), 1, "T-4s"); alg == TokenBucket && r.Remaining != 3 {
-				t.Errorf("T-4s: Remaining %d; want 3, the six events taken still counted", r.Remaining)
+			if r := half(T.Add(-5*time.Second), 1, "T-5s"); r.Allowed || r.RetryAfter != 4600*time.Millisecond || r.ResetAfter != 5500*time.Millisecond {
+				t.Errorf("T-5s: %+v; want denied, RetryAfter 4.6s, ResetAfter 5.5s", r)
+			}
+			if r := half(T.Add(-400*time.Millisecond), 1, "T-400ms"); !r.Allowed || r.Remaining != 0 {
+				t.Errorf("T-400ms: %+v; want one event admitted, none left", r)
 			}
 		})
 	}

@@ -25,8 +25,9 @@ type Algorithm string
 //     ([Result.Delay]) so that requests proceed evenly spaced.
 //   - TokenBucket polices: capacity Burst, refilled continuously; what it
 //     admits proceeds at once.
-//   - GCRA polices like TokenBucket (the two admit exactly the same
-//     sequences) but keeps a single timestamp per key.
+//   - GCRA polices like TokenBucket: the two admit exactly the same
+//     sequences, and all three meters keep the same state, a single
+//     timestamp per key (the theoretical arrival time).
 const (
 	FixedWindow          Algorithm = "fixed_window"           // a count per window, stored with its expiry in one step
 	SlidingWindowLog     Algorithm = "sliding_window_log"     // sorted set of admitted events: exact

@@ -30,7 +30,7 @@ type localState struct {
 
 	w, p, c int64   // FixedWindow (w, c), SlidingWindowCounter (w, p, c)
 	log     []int64 // SlidingWindowLog: event times, oldest first
-	t, v    int64   // meters: time and level, tokens or TAT (GCRA: t = TAT ticks, v = remainder)
+	t, v    int64   // meters: the TAT, t its whole ticks and v the remainder in units
 }
 
 // decision is one rule's answer; the fields match the Lua functions' returns.
@@ -198,12 +198,8 @@ func (r *compiledRule) decide(s *localState, now, n int64) decision {
 		return slidingWindowLog(s, now, int64(r.Limit.Rate), r.periodTicks, n)
 	case SlidingWindowCounter:
 		return slidingWindowCounter(s, now, int64(r.Limit.Rate), r.periodTicks, n)
-	case LeakyBucket:
-		return leakyBucket(s, now, r.rateUnits, r.eventUnits, r.capUnits, r.maxDelay, n)
-	case TokenBucket:
-		return tokenBucket(s, now, r.rateUnits, r.eventUnits, r.capUnits, n)
 	default:
-		return gcra(s, now, r.rateUnits, r.eventUnits, r.capUnits, n)
+		return meter(s, now, r.rateUnits, r.eventUnits, r.capUnits, r.meterDelay(), n)
 	}
 }
 
@@ -294,17 +290,28 @@ func slidingWindowCounter(s *localState, now, rate, period, n int64) decision {
 	return d
 }
 
-func leakyBucket(s *localState, now, rate, event, capacity, maxDelay, n int64) decision {
-	var level, lag int64
-	if s.present {
-		lag = max(s.t-now, 0) // the clock stepped back: see leaky_bucket.lua
-		now = max(now, s.t)
-		level = s.v
-		if elapsed := now - s.t; elapsed >= ceilDiv(level, rate) {
-			level = 0
-		} else {
-			level -= elapsed * rate
+// meter is the twin of lua/meter.lua: LeakyBucket, TokenBucket and GCRA,
+// with maxDelay their parameter d (see compiledRule.meterDelay). The state
+// is the TAT: t its whole ticks, v the remainder in units.
+func meter(s *localState, now, rate, event, capacity, maxDelay, n int64) decision {
+	var debt int64
+	need := n * event
+	if s.present && s.t >= now {
+		ahead := s.t - now
+		if ahead > ceilDiv(capacity, rate) || ahead*rate+s.v > capacity {
+			// The clock stepped back: denied, with the exact wait (see meter.lua).
+			d := decision{resetBefore: ahead + ceilDiv(s.v, rate)}
+			if x := s.v + need - capacity; x >= 0 {
+				d.retry = ahead + ceilDiv(x, rate)
+			} else {
+				d.retry = ahead - (-x)/rate
+			}
+			if maxDelay >= 0 {
+				d.retry = max(d.retry, d.resetBefore-maxDelay)
+			}
+			return d
 		}
+		debt = ahead*rate + s.v
 	}
 	admissible := func(l int64) int64 {
 		count := (capacity - l) / event
@@ -317,83 +324,24 @@ func leakyBucket(s *localState, now, rate, event, capacity, maxDelay, n int64) d
 		}
 		return count
 	}
-	need := n * event
-	wait := ceilDiv(level, rate)
-	d := decision{avail: admissible(level)}
-	if level > 0 {
-		d.resetBefore = lag + wait
-	}
-	overCap := level+need > capacity
+	wait := ceilDiv(debt, rate)
+	d := decision{avail: admissible(debt), resetBefore: wait}
+	overCap := debt+need > capacity
 	overDelay := maxDelay >= 0 && wait > maxDelay
 	if overCap || overDelay {
 		if overCap {
-			d.retry = ceilDiv(level+need-capacity, rate)
+			d.retry = ceilDiv(debt+need-capacity, rate)
 		}
 		if overDelay {
 			d.retry = max(d.retry, wait-maxDelay)
 		}
-		d.retry += lag
-		return d
-	}
-	d.ok, d.delay = true, wait
-	d.resetAfter = lag + ceilDiv(level+need, rate)
-	d.after = admissible(level + need)
-	d.next = localState{t: now, v: level + need}
-	return d
-}
-
-func tokenBucket(s *localState, now, rate, event, capacity, n int64) decision {
-	tokens := capacity
-	var lag int64
-	if s.present {
-		lag = max(s.t-now, 0) // the clock stepped back: see token_bucket.lua
-		now = max(now, s.t)
-		tokens = s.v
-		if elapsed := now - s.t; elapsed >= ceilDiv(capacity-tokens, rate) {
-			tokens = capacity
-		} else {
-			tokens += elapsed * rate
-		}
-	}
-	need := n * event
-	d := decision{avail: tokens / event}
-	if tokens < capacity {
-		d.resetBefore = lag + ceilDiv(capacity-tokens, rate)
-	}
-	if tokens < need {
-		d.retry = lag + ceilDiv(need-tokens, rate)
-		return d
-	}
-	d.ok, d.after = true, d.avail-n
-	d.resetAfter = lag + ceilDiv(capacity-(tokens-need), rate)
-	d.next = localState{t: now, v: tokens - need}
-	return d
-}
-
-func gcra(s *localState, now, rate, event, capacity, n int64) decision {
-	var debt int64
-	need := n * event
-	if s.present && s.t >= now {
-		ahead := s.t - now
-		if ahead > ceilDiv(capacity, rate) || ahead*rate+s.v > capacity {
-			// The clock stepped back: denied, with the exact wait (see gcra.lua).
-			d := decision{resetBefore: ahead + ceilDiv(s.v, rate)}
-			if x := s.v + need - capacity; x >= 0 {
-				d.retry = ahead + ceilDiv(x, rate)
-			} else {
-				d.retry = ahead - (-x)/rate
-			}
-			return d
-		}
-		debt = ahead*rate + s.v
-	}
-	d := decision{avail: (capacity - debt) / event, resetBefore: ceilDiv(debt, rate)}
-	if debt+need > capacity {
-		d.retry = ceilDiv(debt+need-capacity, rate)
 		return d
 	}
 	after := debt + need
-	d.ok, d.after = true, d.avail-n
+	d.ok, d.after = true, admissible(after)
+	if maxDelay != polices {
+		d.delay = wait
+	}
 	d.resetAfter = ceilDiv(after, rate)
 	d.next = localState{t: now + after/rate, v: after % rate}
 	return d

@@ -190,8 +190,21 @@ func (c *compiledRule) scriptArgs() []interface{} {
 		// (or drain) the burst when that is shorter, so that an idle key
 		// outlives its state by less than either.
 		cell := min(c.periodTicks, c.refillTicks())
-		return []interface{}{algCode[c.Algorithm], i(c.tick), i(c.rateUnits), i(c.eventUnits), i(c.capUnits), i(c.maxDelay), i(cell)}
+		return []interface{}{algCode[c.Algorithm], i(c.tick), i(c.rateUnits), i(c.eventUnits), i(c.capUnits), i(c.meterDelay()), i(cell)}
 	}
+}
+
+// polices is the delay bound of a meter that admits without delay.
+const polices = -2
+
+// meterDelay is a meter's fourth parameter, d in lua/meter.lua: for
+// LeakyBucket, which shapes, its delay bound in ticks or -1 for none; for
+// TokenBucket and GCRA, polices.
+func (c *compiledRule) meterDelay() int64 {
+	if c.Algorithm == LeakyBucket {
+		return c.maxDelay
+	}
+	return polices
 }
 
 // fixedWindowInteger reports whether a FixedWindow rule keeps its count as
@@ -236,11 +249,18 @@ func (c *compiledRule) withMaxDelay(d time.Duration) {
 }
 
 // fingerprint returns a short hash of the rules: name, algorithm, rate,
-// period and burst of each, in order.
+// period and burst of each, in order. TokenBucket and LeakyBucket also
+// hash "tat", the form of their state since it became GCRA's: their keys
+// of earlier builds, two numbers, are never read as a TAT (an earlier
+// "<t>:<x>" would read as one); they expire on their own TTL.
 func fingerprint(rules []compiledRule) string {
 	h := sha256.New()
 	for _, r := range rules {
-		fmt.Fprintf(h, "%q|%s|%d|%d|%d\n", r.Name, r.Algorithm, r.Limit.Rate, r.Limit.Period, r.Limit.Burst)
+		fmt.Fprintf(h, "%q|%s|%d|%d|%d", r.Name, r.Algorithm, r.Limit.Rate, r.Limit.Period, r.Limit.Burst)
+		if r.Algorithm == TokenBucket || r.Algorithm == LeakyBucket {
+			h.Write([]byte("|tat"))
+		}
+		h.Write([]byte("\n"))
 	}
 	return hex.EncodeToString(h.Sum(nil)[:4])
 }

@@ -11,12 +11,14 @@ import (
 var luaFiles embed.FS
 
 // scriptFiles are concatenated in this order into the one script every
-// decision runs: helpers, the six algorithms, then the policy driver.
+// decision runs: helpers, the six algorithms (the three meters are one
+// function, meter.lua's), then the policy driver.
 var scriptFiles = []string{
 	"prelude.lua",
 	"fixed_window.lua",
 	"sliding_window_log.lua",
 	"sliding_window_counter.lua",
+	"meter.lua",
 	"leaky_bucket.lua",
 	"token_bucket.lua",
 	"gcra.lua",

@@ -92,22 +92,6 @@ local function ttl_ms(ticks, tick)
   return format('%d', us / 1000)
 end
 
--- bucket_state reads the value of a bucket's key (token_bucket,
--- leaky_bucket): two integers in hexadecimal, "<t>/<x>", and true; or the
--- decimal "<t>:<x>" of earlier versions, whose TTL is not the end of a
--- cell (see meter_ttl), and false. t is nil when neither. (Lua reads a
--- number through the C library: a 16-digit decimal through strtod, about
--- 150ns in Redis, its hexadecimal form through strtoul, about 55. Redis
--- stores either string in the same 104 bytes.)
-local function bucket_state(v)
-  local t, x = match(v, '^(%x+)/(%x+)$')
-  if t then
-    return tonumber(t, 16), tonumber(x, 16), true
-  end
-  t, x = match(v, '^(%d+):(%d+)$')
-  return tonumber(t), tonumber(x), false
-end
-
 -- ahead_alive reports whether key, whose value the window algorithms read
 -- as of a window that starts ticks from now (Redis's clock stepped back
 -- behind it), has a TTL reaching that window's start, as every such value
@@ -140,8 +124,7 @@ end
 -- already lives long enough. (A value written from outside, or whose TTL
 -- was removed, has no such expiry: it gets one at its first write in
 -- another cell. So has a GCRA value written by an earlier version, which
--- expired with its TAT: its form is the same. The buckets' earlier form
--- is told apart, and given a new TTL at once: see bucket_state.)
+-- expired with its TAT: its form is the same.)
 local function meter_ttl(was, done, real, cell)
   local end_ = done - done % cell + cell
   return was and was - was % cell + cell == end_, end_ - real
