@@ -153,6 +153,48 @@ func throttledDecider(b *testing.B, rdb redis.UniversalClient) func() decider {
 	})
 }
 
+// twoLimitPeers decide what sluice_policy decides, a per-second limit and
+// an hourly quota, with a peer library: two limiters, asked one after the
+// other (the quota only when the first admits), two round trips per
+// decision, and neither all or nothing. They run in BenchmarkTurns only,
+// where the report compares sluice_policy with the better of them.
+func twoLimitPeers() []library {
+	return []library{
+		{name: "redis_rate_two", setup: func(b *testing.B, rdb redis.UniversalClient) func() decider {
+			l := redis_rate.NewLimiter(rdb)
+			perSecond := redis_rate.Limit{Rate: rate, Period: time.Second, Burst: rate}
+			quota := redis_rate.Limit{Rate: 1_000_000_000, Period: time.Hour, Burst: 1_000_000_000}
+			return same(func(ctx context.Context, key string) (bool, error) {
+				res, err := l.Allow(ctx, key, perSecond)
+				if err != nil || res.Allowed == 0 {
+					return false, err
+				}
+				res, err = l.Allow(ctx, "quota:"+key, quota)
+				return err == nil && res.Allowed > 0, err
+			})
+		}},
+		{name: "ulule_two", setup: func(b *testing.B, rdb redis.UniversalClient) func() decider {
+			limiterOn := func(prefix string, r limiter.Rate) *limiter.Limiter {
+				store, err := ulredis.NewStoreWithOptions(rdb, limiter.StoreOptions{Prefix: prefix})
+				if err != nil {
+					b.Fatal(err)
+				}
+				return limiter.New(store, r)
+			}
+			perSecond := limiterOn("ulule", limiter.Rate{Period: time.Second, Limit: rate})
+			quota := limiterOn("ulule_quota", limiter.Rate{Period: time.Hour, Limit: 1_000_000_000})
+			return same(func(ctx context.Context, key string) (bool, error) {
+				res, err := perSecond.Get(ctx, key)
+				if err != nil || res.Reached {
+					return false, err
+				}
+				res, err = quota.Get(ctx, key)
+				return err == nil && !res.Reached, err
+			})
+		}},
+	}
+}
+
 // rawIncrDecider is a reference, not a rate limiter: one INCR per call, the
 // cheapest thing a decision could possibly cost in round trips.
 func rawIncrDecider(b *testing.B, rdb redis.UniversalClient) func() decider {

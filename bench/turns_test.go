@@ -19,7 +19,8 @@ var (
 )
 
 // BenchmarkTurns measures throughput at 64 concurrent callers for every
-// library but the raw references, in turns: each library runs for
+// library but the raw references, and for the peers deciding two limits
+// as sluice_policy does (twoLimitPeers), in turns: each library runs for
 // -turns.slice, then the next one does, in an order that rotates from one
 // round to the next, for -turns.rounds rounds.
 //
@@ -45,7 +46,7 @@ func BenchmarkTurns(b *testing.B) {
 	}
 	var libs []*entry
 	var stats func() serverStats
-	for _, lib := range libraries() {
+	for _, lib := range append(libraries(), twoLimitPeers()...) {
 		if lib.name == "raw_incr" || lib.name == "raw_evalsha" {
 			continue
 		}
