@@ -50,20 +50,22 @@
 // in one slot and one script can touch them. User keys longer than 64 bytes,
 // empty, starting with '#' or holding '}' are stored as '#' plus a SHA-256
 // prefix, so any bytes of any length are safe. The fingerprint hashes every
-// rule's name, algorithm, rate, period and burst (and, for TokenBucket and
-// LeakyBucket, the form of their state since it became GCRA's, so that
-// keys of earlier builds are never misread): limiters with different
-// rules never share state, and limiters with the same rules and prefix (the
-// many instances of one service) do. Changing a limit therefore starts its
-// counters afresh.
+// rule's name, algorithm, rate, period and burst (and, for TokenBucket,
+// LeakyBucket and SlidingWindowLog, the form of their state since it last
+// changed, so that keys of earlier builds are never misread): limiters
+// with different rules never share state, and limiters with the same rules
+// and prefix (the many instances of one service) do. Changing a limit
+// therefore starts its counters afresh.
 //
 // Every key is written with a TTL (SET ... PX, or PEXPIRE for the sliding
 // log), rounded up to whole milliseconds and never 0, and never shorter
 // than the time until the key would be back to its untouched state: one
-// Period for the windows, two for SlidingWindowCounter; for the buckets and
-// GCRA, the time to refill Burst, rounded up to the end of a cell (the
-// Period, or that time when it is shorter), so that a busy key's expiry
-// moves once a cell at most (see the README). A key whose TTL is removed
+// Period for FixedWindow, two for SlidingWindowCounter; for the sliding
+// log, one Period after its newest event, rounded up to the end of a
+// Period-long cell; for the buckets and GCRA, the time to refill Burst,
+// rounded up to the end of a cell (the Period, or that time when it is
+// shorter), so that a busy key's expiry moves once a cell at most (see
+// the README). A key whose TTL is removed
 // from outside (PERSIST) gets one again with its next window or cell.
 // Redis memory per key is in the README.
 //

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -349,16 +350,22 @@ func TestWindowKeysExpireWithTheirWindow(t *testing.T) {
 
 // The meters set a key's expiry at the end of the period-long cell (cells
 // aligned to the Unix epoch) that holds the instant their state is back to
-// untouched, and keep it (SET ... KEEPTTL) while later writes are back to
-// untouched within the same cell: after every write the key lives as long
-// as its state needs and less than a period more, and its expiry moves
-// once per cell. Alone and in a policy, whose requests take the
-// multi-rule path; with debt carried from write to write, then with a
-// bucket back to untouched before every write.
-func TestMeterKeysExpireAtTheirCellsEnd(t *testing.T) {
+// untouched, and keep it (INCRBY, SET ... KEEPTTL) while later writes are
+// back to untouched within the same cell; so does the sliding log, for the
+// instant its newest event leaves the window, and it also removes the
+// events gone from the window only when its expiry moves. After every
+// write the key lives as long as its state needs and less than a period
+// more, and its expiry moves once per cell. Alone and in a policy, whose
+// requests take the multi-rule path; with debt carried from write to
+// write, then with a bucket back to untouched before every write.
+func TestKeysExpireAtTheirCellsEnd(t *testing.T) {
 	const period = time.Second
-	for _, alg := range []Algorithm{LeakyBucket, TokenBucket, GCRA} {
-		meter := Rule{Name: "m", Algorithm: alg, Limit: PerSecond(100)}
+	for _, alg := range []Algorithm{LeakyBucket, TokenBucket, GCRA, SlidingWindowLog} {
+		limit := PerSecond(100)
+		if alg == SlidingWindowLog {
+			limit = PerSecond(1000) // the debt phase's 143 events a second
+		}
+		meter := Rule{Name: "m", Algorithm: alg, Limit: limit}
 		for _, rules := range [][]Rule{{meter}, {meter, {Name: "w", Algorithm: FixedWindow, Limit: PerSecond(1000)}}} {
 			clk, client := newClock(t)
 			lim, err := NewPolicy(client, rules)
@@ -387,6 +394,12 @@ func TestMeterKeysExpireAtTheirCellsEnd(t *testing.T) {
 					expiry = e
 					if end := cell.Add(period); e.Before(end) || !e.Before(end.Add(ms)) {
 						t.Fatalf("%v %s: the key expires at %s, want the end of its cell, %s", rules, step, e, end)
+					}
+					if alg == SlidingWindowLog {
+						gone := strconv.FormatInt(clk.now.Add(-period).UnixMicro(), 10)
+						if n := client.ZCount(context.Background(), key, "-inf", gone).Val(); n != 0 {
+							t.Fatalf("%v %s: the expiry moved, and %d events gone from the window are still in the set", rules, step, n)
+						}
 					}
 				}
 			}
@@ -426,11 +439,12 @@ func TestTTLOnEveryKey(t *testing.T) {
 			lim := newOn(t, client, alg, l)
 			capacity := l.withBurst().Burst
 			// The longest a key is kept: two windows for the counter, one
-			// for the others; for the meters, the time to refill Burst,
-			// rounded up to the end of a cell: the period, or that time
-			// when it is shorter (see meter_ttl).
+			// for the fixed window; for the sliding log, the period rounded
+			// up to the end of a period-long cell; for the meters, the time
+			// to refill Burst, rounded up to the end of a cell: the period,
+			// or that time when it is shorter (see meter_ttl).
 			bound := l.Period
-			if alg == SlidingWindowCounter {
+			if alg == SlidingWindowCounter || alg == SlidingWindowLog {
 				bound = 2 * l.Period
 			}
 			if !alg.windowed() {

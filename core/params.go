@@ -248,17 +248,28 @@ func (c *compiledRule) withMaxDelay(d time.Duration) {
 	c.args = c.scriptArgs()
 }
 
+// stateForm names, per algorithm, the form of its state since it last
+// changed in a way that earlier builds' keys must not be read as; their
+// keys then carry another fingerprint, are never read, and expire on
+// their own TTL. TokenBucket and LeakyBucket keep GCRA's TAT (their
+// earlier "<t>:<x>" would read as one). SlidingWindowLog's expiry is
+// kept within a cell (an earlier key's expiry, the instant its newest
+// event left, would be kept too, and end before a new event left).
+var stateForm = map[Algorithm]string{
+	TokenBucket:      "tat",
+	LeakyBucket:      "tat",
+	SlidingWindowLog: "cell",
+}
+
 // fingerprint returns a short hash of the rules: name, algorithm, rate,
-// period and burst of each, in order. TokenBucket and LeakyBucket also
-// hash "tat", the form of their state since it became GCRA's: their keys
-// of earlier builds, two numbers, are never read as a TAT (an earlier
-// "<t>:<x>" would read as one); they expire on their own TTL.
+// period and burst of each, in order, and the form of the state where it
+// changed in a way earlier builds' keys must not be read as (stateForm).
 func fingerprint(rules []compiledRule) string {
 	h := sha256.New()
 	for _, r := range rules {
 		fmt.Fprintf(h, "%q|%s|%d|%d|%d", r.Name, r.Algorithm, r.Limit.Rate, r.Limit.Period, r.Limit.Burst)
-		if r.Algorithm == TokenBucket || r.Algorithm == LeakyBucket {
-			h.Write([]byte("|tat"))
+		if form := stateForm[r.Algorithm]; form != "" {
+			h.Write([]byte("|" + form))
 		}
 		h.Write([]byte("\n"))
 	}

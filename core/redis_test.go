@@ -68,10 +68,10 @@ func TestRealRedisExactAdmission(t *testing.T) {
 				t.Fatalf("keys: %v %v", keys, err)
 			}
 			// The counter also needs the next window, 2 periods; a meter's
-			// TTL is its refill (a period here), rounded up to the end of
-			// a period.
+			// TTL is its refill (a period here), and the sliding log's the
+			// period, each rounded up to the end of a period.
 			bound := 24 * time.Hour
-			if alg == SlidingWindowCounter || !alg.windowed() {
+			if alg != FixedWindow {
 				bound *= 2
 			}
 			for _, k := range keys {
