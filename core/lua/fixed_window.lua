@@ -98,8 +98,9 @@ local function fixed_window(key, now, rate, period, integer, n, tick)
   return true, rate - c, 0, reset_before, left, 0, int((w % 1048576 + 1) * 4294967296 + c + n), nil, keep
 end
 
--- fw_take is fixed_window for a request that consumes, in a policy of one
--- rule that uses the integer form: it takes the n events with INCRBY first,
+-- fw_take is fixed_window for a request that consumes, of a rule that uses
+-- the integer form, in a policy of one rule or as the policy's take_at
+-- (see policy.lua): it takes the n events with INCRBY first,
 -- and gives them back (DECRBY) when they were not admissible. An admitted
 -- request, the common case, thus costs Redis one command instead of two
 -- (about a third of the decision's work); a denied one costs two instead

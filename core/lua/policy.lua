@@ -107,6 +107,34 @@ end
 -- per rule, the pending write of the request being decided; reused
 local pending_write, pending_after, pending_reset, pending_keep, pending_ttl = {}, {}, {}, {}, {}
 
+-- A policy of several rules may have one rule taken as a lone rule's
+-- request is (see run): the last of its FixedWindow and
+-- SlidingWindowCounter rules in the integer form, take_at. decide
+-- evaluates it last, once every other rule admits, with fw_take or
+-- swc_take, which write first and give back what is not admissible: the
+-- request then costs that rule one command instead of a GET and an INCRBY.
+-- When it does not admit, nothing has been written by any rule. order
+-- lists the rules in the order decide evaluates them.
+-- (A policy of one rule is decided by run, without decide.)
+local take_at, take_fn
+local order = {}
+if R > 1 then
+  for i = 1, R do
+    local r = rules[i]
+    if r[6] > 0 and r[1] == fixed_window then
+      take_at, take_fn = i, fw_take
+    elseif r[6] > 0 and r[1] == sliding_window_counter then
+      take_at, take_fn = i, swc_take
+    end
+  end
+  for i = 1, R do
+    if i ~= take_at then
+      order[#order + 1] = i
+    end
+  end
+  order[R] = take_at or R
+end
+
 -- decide writes request d's answer straight into replies, after top, three
 -- integers per rule (the third even when 0), and moves top past it only
 -- once all its work is done.
@@ -114,33 +142,53 @@ local function decide(d, consume, n)
   local out = top
   local all = true
   local base = (d - 1) * R
-  for i = 1, R do
+  for j = 1, R do
+    local i = order[j]
     local r = rules[i]
     local tick = r[2]
-    local ok, avail, retry, reset_before, reset_after, delay, write, after, keep, ttl =
-      r[1](KEYS[base + i], r[3], r[4], r[5], r[6], n, tick, r[7], r[8])
-    if avail < 0 then
-      avail = 0 -- never, as for one rule (see run)
-    end
-    if after == nil then
-      after = avail - n
-    end
     local k = out + 3 * i - 2
-    if ok then
-      replies[k], replies[k + 2] = avail * 4 + 3, delay * tick
-    else
-      replies[k], replies[k + 2] = avail * 4 + 1, retry * tick
-      all = false
+    local taken -- true or false when take_fn decided, nil when it did not
+    if i == take_at and all and consume then
+      local remaining, reset, retry
+      taken, remaining, reset, retry = take_fn(KEYS[base + i], r[3], r[4], r[5], r[6], n, tick, r[7])
+      if taken then
+        replies[k], replies[k + 1], replies[k + 2] = remaining * 4 + 3, reset * tick, 0
+        pending_write[i] = false -- written
+      elseif taken == false then
+        if remaining < 0 then
+          remaining = 0 -- never, as for one rule (see run)
+        end
+        replies[k], replies[k + 1], replies[k + 2] = remaining * 4 + 1, reset * tick, retry * tick
+        all = false
+      end
     end
-    replies[k + 1] = reset_before * tick
-    pending_write[i], pending_after[i], pending_reset[i], pending_keep[i], pending_ttl[i] = write, after, reset_after, keep, ttl or reset_after
+    if taken == nil then
+      local ok, avail, retry, reset_before, reset_after, delay, write, after, keep, ttl =
+        r[1](KEYS[base + i], r[3], r[4], r[5], r[6], n, tick, r[7], r[8])
+      if avail < 0 then
+        avail = 0 -- never, as for one rule (see run)
+      end
+      if after == nil then
+        after = avail - n
+      end
+      if ok then
+        replies[k], replies[k + 2] = avail * 4 + 3, delay * tick
+      else
+        replies[k], replies[k + 2] = avail * 4 + 1, retry * tick
+        all = false
+      end
+      replies[k + 1] = reset_before * tick
+      pending_write[i], pending_after[i], pending_reset[i], pending_keep[i], pending_ttl[i] = write, after, reset_after, keep, ttl or reset_after
+    end
   end
   if all and consume then
     for i = 1, R do
-      local k = out + 3 * i - 2
-      local tick = rules[i][2]
-      store(KEYS[base + i], pending_write[i], pending_keep[i], pending_ttl[i], tick)
-      replies[k], replies[k + 1] = pending_after[i] * 4 + 3, pending_reset[i] * tick
+      if pending_write[i] ~= false then
+        local k = out + 3 * i - 2
+        local tick = rules[i][2]
+        store(KEYS[base + i], pending_write[i], pending_keep[i], pending_ttl[i], tick)
+        replies[k], replies[k + 1] = pending_after[i] * 4 + 3, pending_reset[i] * tick
+      end
     end
   elseif not all then
     for i = 1, R do

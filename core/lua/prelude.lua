@@ -50,8 +50,9 @@
 --                 to the end of a cell, see meter_ttl)
 -- No algorithm writes anything before write is called. (fw_take and
 -- swc_take, which policy.lua calls instead of fixed_window and
--- sliding_window_counter for a lone rule's consuming request, write first
--- and undo it; see fixed_window.lua.)
+-- sliding_window_counter for a lone rule's consuming request, and for one
+-- rule of a policy once every other rule admits, write first and undo it;
+-- see fixed_window.lua.)
 
 -- Globals are table lookups on every use; locals are not.
 local call, match, format, tonumber = redis.call, string.match, string.format, tonumber

@@ -145,8 +145,9 @@ local function sliding_window_counter(key, now, rate, period, place, n, tick, ta
   return true, avail, 0, reset_before, reset_after, 0, int(((w % tags + 1) * place + p) * place + c + n), nil, keep
 end
 
--- swc_take is sliding_window_counter for a request that consumes, in a
--- policy of one rule that uses the integer form, as fw_take is for
+-- swc_take is sliding_window_counter for a request that consumes, of a
+-- rule that uses the integer form, in a policy of one rule or as the
+-- policy's take_at (see policy.lua), as fw_take is for
 -- FixedWindow: it adds the n events with INCRBY first and takes them back
 -- with DECRBY when they are not admissible. In a new window (a missing
 -- key, or the previous window's counts) it then writes the new window's
