@@ -234,8 +234,9 @@ func meterStateForms(t *testing.T, alg Algorithm) {
 		}
 	}
 	// Neither form (a bucket's "<t>/<x>" of an earlier build, or anything
-	// written from outside): no state, replaced with a TTL of its own.
-	for _, v := range []string{"1a2b/3c", "garbage"} {
+	// written from outside, numbers beyond any tick included): no state,
+	// replaced with a TTL of its own.
+	for _, v := range []string{"1a2b/3c", "garbage", "inf", "1e300", "99999999999999999999:1"} {
 		if err := c.Set(ctx, whole.keys("e")[0], v, 0).Err(); err != nil {
 			t.Fatal(err)
 		}

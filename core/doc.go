@@ -10,7 +10,9 @@
 // a later time still counts: the step gives nothing back (a meter holds
 // as much more debt as the clock stepped back, and no window starts anew
 // until the clock has caught up), RetryAfter and ResetAfter count from
-// the clock's new time, and keys live as long as their state needs.
+// the clock's new time, and keys live as long as their state needs. A
+// LeakyBucket's Delay then includes the step, and WithMaxDelay may deny
+// until the clock has caught up.
 //
 // Concurrent decisions of one Limiter share script calls: a caller queues
 // its decision and waits for its own answer or its own deadline; queued
@@ -33,15 +35,15 @@
 //
 // # Arithmetic
 //
-// Scripts compute in integers: time in microseconds, and for the bucket
-// algorithms levels kept in units of 1/Rate of a microsecond, so an
-// emission interval like one third of a second is exact and PerSecond(10)
-// leaves Remaining 9 after one event. Only limits whose Burst × Period (in
-// microseconds) would exceed 2^50 units fall back to millisecond ticks or are
-// rejected as ErrInvalidLimit; so are rates beyond 2^50, and limits whose
-// whole refill (the buckets) or two periods (the windows) would take more
-// than 2^50µs, about 35 years, which no reported duration could hold
-// exactly.
+// Scripts compute in integers: time in microseconds, and for the meters
+// (LeakyBucket, TokenBucket, GCRA) debt kept in units of 1/Rate of a
+// microsecond, so an emission interval like one third of a second is
+// exact and PerSecond(10) leaves Remaining 9 after one event. Only limits
+// whose Burst × Period (in microseconds) would exceed 2^50 units fall back
+// to millisecond ticks or are rejected as ErrInvalidLimit; so are rates
+// beyond 2^50, and limits whose whole refill (the meters) or two periods
+// (the windows) would take more than 2^50µs, about 35 years, which no
+// reported duration could hold exactly.
 //
 // # Keys
 //

@@ -69,6 +69,12 @@ local function meter(key, now, rate, event, cap, n, _, maxdelay, cell)
       tat, rem = match(v, '^(%d+):(%d+)$')
       tat, rem = tonumber(tat), tonumber(rem)
     end
+    if tat and tat >= 4503599627370496 then
+      -- 2^52 ticks or more, never written here ("inf", "1e300", written
+      -- from outside, which Lua reads as numbers): no state, not a debt
+      -- that never ends
+      tat, whole_form = nil, nil
+    end
     was = tat
     if tat and tat >= now then
       local ahead = tat - now

@@ -38,7 +38,7 @@
 --                 written in, for the window algorithms): policy.lua then
 --                 stores write with SET ... KEEPTTL, sparing Redis a rewrite
 --                 of the key's expiry; or, for the integer forms of
---                 fixed_window, sliding_window_counter and gcra, a decimal
+--                 fixed_window, sliding_window_counter and the meters, a decimal
 --                 string: the amount to add to the stored integer with
 --                 INCRBY, which keeps the TTL too and updates it in place.
 --                 write is then the new value as a number; when INCRBY
@@ -103,21 +103,20 @@ local function ahead_alive(key, ticks, tick)
   return call('PTTL', key) * 1000 >= ticks * tick
 end
 
--- The meters (leaky_bucket, token_bucket, gcra) keep a key until the tick
+-- The meters (meter.lua) keep a key until the tick
 -- its state is back to untouched (full, or empty), which moves with every
 -- write. Moving the key's expiry with it costs Redis about a sixth of a
 -- decision, so they set it further, at the end of the cell holding that
 -- tick (cells of e ticks, aligned to the Unix epoch: the period, or the
 -- time to refill (or drain) the burst when that is shorter), and keep it
--- (SET ... KEEPTTL) while later writes are back to untouched within the
+-- (INCRBY, or SET ... KEEPTTL) while later writes are back to untouched within the
 -- same cell: a key hit again within a cell, as a busy one is, moves its
 -- expiry once a cell at most. A key outlives its use by less than a cell:
 -- its TTL is at most the time to refill its burst plus the shorter of
 -- that time and the period.
 --
 -- meter_ttl returns whether the key keeps its TTL, and otherwise the TTL
--- to write, in ticks from real (now on Redis's clock, which a meter that
--- counts from a later tick after a step back does not use). done is the
+-- to write, in ticks from real (now, on Redis's clock). done is the
 -- tick the new state is back to untouched at; was is the tick the stored
 -- state was back to untouched at, or an earlier one (nil with no stored
 -- state). Every write sets the key's expiry at the end of the cell of its
