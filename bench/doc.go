@@ -8,6 +8,13 @@
 //   - BenchmarkAllow: one decision per call for every library, at 1, 16, 64
 //     and 256 concurrent callers, reporting decisions/s, p50 and p99 latency
 //     and allocations per decision.
+//   - BenchmarkTurns: throughput at 64 callers with the libraries in turns
+//     of half a second, in an order that rotates, so that all meet the same
+//     moments of a shared machine; the throughput goal is read from it. It
+//     also runs the peers deciding sluice_policy's two limits with two
+//     limiters (twoLimitPeers).
+//   - BenchmarkLatency: one caller, the libraries in turns of 100
+//     decisions; the latency goal is read from it.
 //   - BenchmarkPipelinedEvalSha: the reference for sluice's batcher, pipelines
 //     of a one-line script: what pipelining can reach when the script costs
 //     nothing.
