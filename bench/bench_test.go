@@ -111,7 +111,7 @@ func sluiceDecider(b *testing.B, rdb redis.UniversalClient, rules []core.Rule) f
 // redisRateDecider: go-redis/redis_rate v10, GCRA, one EVALSHA per call.
 func redisRateDecider(b *testing.B, rdb redis.UniversalClient) func() decider {
 	l := redis_rate.NewLimiter(rdb)
-	limit := redis_rate.Limit{Rate: rate, Period: time.Second, Burst: rate}
+	limit := redisRateLimit(core.Limit{Rate: rate, Period: time.Second})
 	return same(func(ctx context.Context, key string) (bool, error) {
 		res, err := l.Allow(ctx, key, limit)
 		if err != nil {
@@ -124,11 +124,7 @@ func redisRateDecider(b *testing.B, rdb redis.UniversalClient) func() decider {
 // ululeDecider: ulule/limiter v3 with its Redis store, a fixed window
 // counted by one EVALSHA per call.
 func ululeDecider(b *testing.B, rdb redis.UniversalClient) func() decider {
-	store, err := ulredis.NewStoreWithOptions(rdb, limiter.StoreOptions{Prefix: "ulule"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	l := limiter.New(store, limiter.Rate{Period: time.Second, Limit: rate})
+	l := ululeLimiter(b, rdb, "ulule", core.Limit{Rate: rate, Period: time.Second})
 	return same(func(ctx context.Context, key string) (bool, error) {
 		res, err := l.Get(ctx, key)
 		return !res.Reached, err
@@ -153,17 +149,31 @@ func throttledDecider(b *testing.B, rdb redis.UniversalClient) func() decider {
 	})
 }
 
-// twoLimitPeers decide what sluice_policy decides, a per-second limit and
-// an hourly quota, with a peer library: two limiters, asked one after the
-// other (the quota only when the first admits), two round trips per
-// decision, and neither all or nothing. They run in BenchmarkTurns only,
-// where the report compares sluice_policy with the better of them.
+// redisRateLimit is l as redis_rate's limit, with a burst of its rate.
+func redisRateLimit(l core.Limit) redis_rate.Limit {
+	return redis_rate.Limit{Rate: l.Rate, Period: l.Period, Burst: l.Rate}
+}
+
+// ululeLimiter is an ulule/limiter v3 limiter of l over its Redis store,
+// its keys under prefix.
+func ululeLimiter(b *testing.B, rdb redis.UniversalClient, prefix string, l core.Limit) *limiter.Limiter {
+	store, err := ulredis.NewStoreWithOptions(rdb, limiter.StoreOptions{Prefix: prefix})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return limiter.New(store, limiter.Rate{Period: l.Period, Limit: int64(l.Rate)})
+}
+
+// twoLimitPeers decide what sluice_policy decides, the limits of policy's
+// two rules, with a peer library: two limiters, asked one after the other
+// (the quota only when the first admits), two round trips per decision,
+// and neither all or nothing. They run in BenchmarkTurns only, where the
+// report compares sluice_policy with the better of them.
 func twoLimitPeers() []library {
 	return []library{
 		{name: "redis_rate_two", setup: func(b *testing.B, rdb redis.UniversalClient) func() decider {
 			l := redis_rate.NewLimiter(rdb)
-			perSecond := redis_rate.Limit{Rate: rate, Period: time.Second, Burst: rate}
-			quota := redis_rate.Limit{Rate: 1_000_000_000, Period: time.Hour, Burst: 1_000_000_000}
+			perSecond, quota := redisRateLimit(policy[0].Limit), redisRateLimit(policy[1].Limit)
 			return same(func(ctx context.Context, key string) (bool, error) {
 				res, err := l.Allow(ctx, key, perSecond)
 				if err != nil || res.Allowed == 0 {
@@ -174,15 +184,8 @@ func twoLimitPeers() []library {
 			})
 		}},
 		{name: "ulule_two", setup: func(b *testing.B, rdb redis.UniversalClient) func() decider {
-			limiterOn := func(prefix string, r limiter.Rate) *limiter.Limiter {
-				store, err := ulredis.NewStoreWithOptions(rdb, limiter.StoreOptions{Prefix: prefix})
-				if err != nil {
-					b.Fatal(err)
-				}
-				return limiter.New(store, r)
-			}
-			perSecond := limiterOn("ulule", limiter.Rate{Period: time.Second, Limit: rate})
-			quota := limiterOn("ulule_quota", limiter.Rate{Period: time.Hour, Limit: 1_000_000_000})
+			perSecond := ululeLimiter(b, rdb, "ulule", policy[0].Limit)
+			quota := ululeLimiter(b, rdb, "ulule_quota", policy[1].Limit)
 			return same(func(ctx context.Context, key string) (bool, error) {
 				res, err := perSecond.Get(ctx, key)
 				if err != nil || res.Reached {
