@@ -116,16 +116,15 @@ end
 -- that time and the period.
 --
 -- meter_ttl returns whether the key keeps its TTL, and otherwise the TTL
--- to write, in ticks from real (now, on Redis's clock). done is the
--- tick the new state is back to untouched at; was is the tick the stored
--- state was back to untouched at, or an earlier one (nil with no stored
--- state). Every write sets the key's expiry at the end of the cell of its
+-- to write, in ticks from now. done is the tick the new state is back to
+-- untouched at; was is the tick the stored state was back to untouched
+-- at, or an earlier one (nil with no stored state). Every write sets the key's expiry at the end of the cell of its
 -- done, or keeps a later one: so when done lies in was's cell, the key
 -- already lives long enough. (A value written from outside, or whose TTL
 -- was removed, has no such expiry: it gets one at its first write in
 -- another cell. So has a GCRA value written by an earlier version, which
 -- expired with its TAT: its form is the same.)
-local function meter_ttl(was, done, real, cell)
+local function meter_ttl(was, done, now, cell)
   local end_ = done - done % cell + cell
-  return was and was - was % cell + cell == end_, end_ - real
+  return was and was - was % cell + cell == end_, end_ - now
 end
