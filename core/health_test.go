@@ -15,13 +15,9 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
-// deadRedis returns a client of a loopback port nobody listens on.
+// deadRedis returns a client of a loopback port that refuses connections.
 func deadRedis(t *testing.T) *redis.Client {
-	port, err := redistest.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port), MaxRetries: -1})
+	c := redis.NewClient(&redis.Options{Addr: redistest.RefusedAddr(t), MaxRetries: -1})
 	t.Cleanup(func() { c.Close() })
 	return c
 }

@@ -6,7 +6,6 @@ package observability_test
 import (
 	"bufio"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -99,7 +98,7 @@ func TestMain(m *testing.M) {
 // standard output so far, as it grows. The test's cleanup kills it.
 func start(t *testing.T, name string, args ...string) (addr string, stdout *syncBuffer) {
 	t.Helper()
-	addr = freeAddr(t)
+	addr = "127.0.0.1:0"
 	cmd := exec.Command(filepath.Join(build(t), name), append([]string{"-addr", addr}, args...)...)
 	cmd.Env = env()
 	stdout = new(syncBuffer)
@@ -116,33 +115,36 @@ func start(t *testing.T, name string, args ...string) (addr string, stdout *sync
 		cmd.Wait()
 	})
 
-	// The examples log "listening on http://<addr>" once they accept.
-	listening := make(chan bool, 1)
+	// The examples log "listening on http://<addr>" once they accept: the
+	// port the system gave them for -addr 127.0.0.1:0. (A port found free
+	// here and handed over could be taken meanwhile by a redis-server that
+	// another package's tests start on a port found free.)
+	listening := make(chan string, 1)
 	var logged syncBuffer
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		found := false
 		for sc.Scan() {
-			if !found && strings.Contains(sc.Text(), "listening on http://"+addr) {
+			if _, a, ok := strings.Cut(sc.Text(), "listening on http://"); ok && !found {
 				found = true
-				listening <- true
+				listening <- a
 			}
 			if !found {
 				logged.Write([]byte(sc.Text() + "\n"))
 			}
 		}
 		if !found {
-			listening <- false
+			listening <- ""
 		}
 		io.Copy(io.Discard, stderr)
 	}()
 	select {
-	case ok := <-listening:
-		if !ok {
+	case addr = <-listening:
+		if addr == "" {
 			t.Fatalf("%s exited before listening:\n%s", name, logged.String())
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatalf("%s did not listen on %s within 30s", name, addr)
+		t.Fatalf("%s did not listen within 30s", name)
 	}
 	return addr, stdout
 }
@@ -180,16 +182,6 @@ func env() []string {
 		}
 	}
 	return out
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // syncBuffer is a strings.Builder that a process writes while a test reads.

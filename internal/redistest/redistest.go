@@ -18,7 +18,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -132,6 +131,40 @@ func FreePort() (int, error) {
 	return 0, fmt.Errorf("no free port below 55536")
 }
 
+// RefusedAddr returns a loopback address that refuses connections for as
+// long as tb runs, for tests of a Redis that cannot be reached.
+//
+// A port found free and closed again does not do: test binaries of other
+// packages run meanwhile and start their redis-servers on ports found
+// free, and one of them may take it, so that a test expecting a refused
+// connection gets answers. The port returned here is held instead, by a
+// connection of tb's own (127.0.0.1:port to a listener closed at once):
+// nothing listens on it, so a connection to it is refused, and no
+// listener can take it while it is held, since a dialled socket does not
+// share its port (no SO_REUSEADDR). The connection is closed when tb ends.
+func RefusedAddr(tb testing.TB) string {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer l.Close()
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s, err := l.Accept()
+	if err != nil {
+		c.Close()
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		c.Close()
+		s.Close()
+	})
+	return c.LocalAddr().String()
+}
+
 // StartT starts a redis-server of t's own (one it may stop and restart),
 // stopped when t ends: skipped when there is none, failed under CI=true.
 func StartT(t testing.TB) *Server {
@@ -192,29 +225,15 @@ func (s *Server) start(bin string) error {
 		for sc.Scan() {
 		}
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		c, err := net.DialTimeout("tcp", s.Addr, 200*time.Millisecond)
-		if err == nil {
-			fmt.Fprintf(c, "PING\r\n")
-			c.SetReadDeadline(time.Now().Add(time.Second))
-			line, _ := bufio.NewReader(c).ReadString('\n')
-			c.Close()
-			if strings.HasPrefix(line, "+PONG") {
-				s.mu.Lock()
-				s.cmd = cmd
-				s.mu.Unlock()
-				return nil
-			}
-		}
-		if cmd.ProcessState != nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := waitServes(s.Addr, cmd.Process.Pid, 10*time.Second); err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return fmt.Errorf("redis-server on %s: %w", s.Addr, err)
 	}
-	cmd.Process.Kill()
-	cmd.Wait()
-	return fmt.Errorf("redis-server on %s did not answer PING", s.Addr)
+	s.mu.Lock()
+	s.cmd = cmd
+	s.mu.Unlock()
+	return nil
 }
 
 // Stop kills the server. It may be started again with Restart.

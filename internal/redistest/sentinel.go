@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -278,7 +279,7 @@ sentinel parallel-syncs %[4]s 1
 			return nil, err
 		}
 		srv := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, dir: dir, cmd: cmd}
-		if lastErr = waitPing(srv.Addr, 10*time.Second); lastErr == nil {
+		if lastErr = waitServes(srv.Addr, cmd.Process.Pid, 10*time.Second); lastErr == nil {
 			mu.Lock()
 			started = append(started, srv)
 			mu.Unlock()
@@ -292,23 +293,54 @@ sentinel parallel-syncs %[4]s 1
 	return nil, lastErr
 }
 
-// waitPing waits until the server at addr answers PING.
-func waitPing(addr string, timeout time.Duration) error {
+// waitServes waits until the server at addr answers as the process pid.
+//
+// Ports are found free (FreePort) and handed to redis-server, so two test
+// binaries may hand the same port to two servers: one of them cannot
+// listen and exits, and a PING to the port would be answered by the other
+// one. INFO's process_id tells them apart, and the loser is started again
+// on another port.
+func waitServes(addr string, pid int, timeout time.Duration) error {
+	want := "process_id:" + strconv.Itoa(pid) + "\r\n"
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
 		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
 		if err == nil {
-			fmt.Fprintf(c, "PING\r\n")
+			fmt.Fprintf(c, "INFO server\r\n")
 			c.SetReadDeadline(time.Now().Add(time.Second))
-			line, _ := bufio.NewReader(c).ReadString('\n')
+			info, _ := readBulk(bufio.NewReader(c))
 			c.Close()
-			if strings.HasPrefix(line, "+PONG") {
+			if strings.Contains(info, want) {
 				return nil
+			}
+			if _, rest, ok := strings.Cut(info, "process_id:"); ok {
+				got, _, _ := strings.Cut(rest, "\r\n")
+				return fmt.Errorf("%s is served by process %s, not by redis-server %d", addr, got, pid)
 			}
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return fmt.Errorf("%s did not answer PING within %s", addr, timeout)
+	return fmt.Errorf("%s did not answer INFO within %s", addr, timeout)
+}
+
+// readBulk reads one RESP bulk string.
+func readBulk(r *bufio.Reader) (string, error) {
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	if !strings.HasPrefix(line, "$") {
+		return "", fmt.Errorf("not a bulk string: %q", line)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(line[1:]))
+	if err != nil || n < 0 {
+		return "", fmt.Errorf("bad bulk length: %q", line)
+	}
+	b := make([]byte, n+2)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return "", err
+	}
+	return string(b[:n]), nil
 }
 
 // waitFor calls check every 50ms until it returns nil, or returns the last

@@ -197,15 +197,9 @@ func (l *errorLog) expect(n int, target error) func(*testing.T) {
 	}
 }
 
-// unreachable returns a client of a loopback port where nothing listens.
+// unreachable returns a client of a loopback port that refuses connections.
 func unreachable(t *testing.T) *redis.Client {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	c := redis.NewClient(&redis.Options{Addr: addr})
+	c := redis.NewClient(&redis.Options{Addr: redistest.RefusedAddr(t)})
 	t.Cleanup(func() { c.Close() })
 	return c
 }

@@ -5,7 +5,6 @@ package scenario
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // Rule is the name of the one rule of every limiter of Run and Recover.
@@ -41,7 +41,7 @@ func Run(t testing.TB, opts func(limiter string) []core.Option) {
 	decide(t, ctx, newLimiter(t, rdb, 2, opts("redis")), "alice", 3)
 	decide(t, ctx, newLimiter(t, rdb, 1, append(opts("shadow"), core.WithShadow())), "bob", 2)
 
-	down := client(t, closedAddr(t))
+	down := client(t, redistest.RefusedAddr(t))
 	decide(t, ctx, newLimiter(t, down, 2, append(opts("closed"),
 		core.WithFailureMode(core.FailClosed), core.WithHealthCheck(1, time.Second))), "carol", 2)
 	decide(t, ctx, newLimiter(t, down, 2, append(opts("local"),
@@ -99,16 +99,4 @@ func client(t testing.TB, addr string) *redis.Client {
 	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { rdb.Close() })
 	return rdb
-}
-
-// closedAddr returns a loopback address that nothing listens on.
-func closedAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
 }
