@@ -12,11 +12,14 @@ import (
 
 // A Redis for the examples: an embedded miniredis. In production, pass the
 // *redis.Client, *redis.ClusterClient or failover client of your Redis.
+// Its clock stands still (at noon, away from any window's edge), so that
+// what the examples print does not depend on how fast they run.
 func exampleRedis() (*redis.Client, func()) {
 	m, err := miniredis.Run()
 	if err != nil {
 		panic(err)
 	}
+	m.SetTime(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	return rdb, func() { rdb.Close(); m.Close() }
 }
