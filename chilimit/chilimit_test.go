@@ -85,7 +85,7 @@ func TestRouteKeyMounting(t *testing.T) {
 	}
 	limit := func(name string) middleware {
 		return chilimit.GCRA(rdb, core.PerMinute(100), chilimit.WithPrefix(prefix+name),
-			chilimit.WithKey(record))
+			chilimit.WithKey(record), chilimit.WithTimeout(flowtest.Timeout))
 	}
 	handle := func(mw middleware) http.Handler { return mw(http.HandlerFunc(ok)) }
 
@@ -139,7 +139,7 @@ func TestRouteKeyOutsideChi(t *testing.T) {
 	rdb := redistest.Client(t)
 	var got []error
 	h := chilimit.GCRA(rdb, core.PerMinute(1), chilimit.WithPrefix(flowtest.Prefix(t)),
-		chilimit.WithKey(chilimit.RouteKey()),
+		chilimit.WithKey(chilimit.RouteKey()), chilimit.WithTimeout(flowtest.Timeout),
 		chilimit.WithErrorHandler(func(_ *http.Request, err error) { got = append(got, err) }))(http.HandlerFunc(ok))
 	for i, want := range []int{200, 429} {
 		rec := httptest.NewRecorder()

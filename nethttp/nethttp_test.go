@@ -83,7 +83,7 @@ func TestMiddleware(t *testing.T) {
 func TestRouteKeyInsideMux(t *testing.T) {
 	rdb := redistest.Client(t)
 	limit := nethttp.GCRA(rdb, core.PerMinute(1), nethttp.WithPrefix(flowtest.Prefix(t)),
-		nethttp.WithKey(nethttp.RouteKey(nil)))
+		nethttp.WithKey(nethttp.RouteKey(nil)), nethttp.WithTimeout(flowtest.Timeout))
 	mux := http.NewServeMux()
 	mux.Handle("GET /users/{id}", limit(http.HandlerFunc(ok)))
 	mux.Handle("/items/{id}", limit(http.HandlerFunc(ok)))

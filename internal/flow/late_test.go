@@ -15,13 +15,16 @@ import (
 	"github.com/sluicehq/sluice/core"
 )
 
-// miniLimiter returns a limiter on a miniredis of its own.
+// miniLimiter returns a limiter on a miniredis of its own, with a timeout
+// of 10s unless opts say otherwise: the tests count errors, and a first
+// decision (the script compiled by miniredis, under the race detector, on
+// a loaded machine) may take longer than the default 100ms.
 func miniLimiter(t *testing.T, alg core.Algorithm, l core.Limit, opts ...core.Option) *core.Limiter {
 	t.Helper()
 	m := miniredis.RunT(t)
 	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { c.Close() })
-	lim, err := core.New(c, alg, l, opts...)
+	lim, err := core.New(c, alg, l, append([]core.Option{core.WithTimeout(10 * time.Second)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -76,9 +76,10 @@ type Adapter[O ~func(*flow.Config), M any] struct {
 	Server func(global, route []M) http.Handler
 }
 
-// testTimeout bounds decisions on the test Redis: generous, so that a busy
-// machine does not turn a slow answer into a failure.
-const testTimeout = 10 * time.Second
+// Timeout bounds decisions on the test Redis: generous, so that a busy
+// machine does not turn a slow answer into a failure. Tests of the
+// adapters that build limiters of their own pass it too.
+const Timeout = 10 * time.Second
 
 // Peer is the default RemoteAddr of the test requests.
 const Peer = "192.0.2.1:1234"
@@ -251,13 +252,13 @@ func cases[O ~func(*flow.Config), M any](t *testing.T, a Adapter[O, M], rdb *red
 	// prefix gives a middleware its own Redis keys, and a timeout long
 	// enough for a loaded test machine (the timeout cases set their own).
 	prefix := func(name string) O {
-		p, tm := a.WithPrefix("flowtest-"+run+"-"+a.Name+"-"+name), a.WithTimeout(testTimeout)
+		p, tm := a.WithPrefix("flowtest-"+run+"-"+a.Name+"-"+name), a.WithTimeout(Timeout)
 		return O(func(c *flow.Config) { p(c); tm(c) })
 	}
 	corePrefix := func(name string) core.Option {
 		return core.WithPrefix("flowtest-" + run + "-" + a.Name + "-" + name)
 	}
-	coreTimeout := core.WithTimeout(testTimeout)
+	coreTimeout := core.WithTimeout(Timeout)
 	mustLimiter := func(l *core.Limiter, err error) *core.Limiter {
 		t.Helper()
 		if err != nil {
@@ -374,7 +375,7 @@ func cases[O ~func(*flow.Config), M any](t *testing.T, a Adapter[O, M], rdb *red
 	pd := &errorLog{}
 	add(testCase[M]{
 		name:   "policy",
-		global: []M{a.New(policy, a.WithProblemDetails(), a.WithErrorHandler(pd.hook), a.WithTimeout(testTimeout))},
+		global: []M{a.New(policy, a.WithProblemDetails(), a.WithErrorHandler(pd.hook), a.WithTimeout(Timeout))},
 		steps: []step{
 			{path: "/", status: 200, want: map[string]string{
 				"RateLimit-Policy": `"minute";q=2;w=60, "hour";q=5;w=3600`,
@@ -543,7 +544,7 @@ func cases[O ~func(*flow.Config), M any](t *testing.T, a Adapter[O, M], rdb *red
 	local := mustLimiter(core.New(unreachable(t), core.GCRA, core.PerMinute(2), core.WithFailureMode(core.FailLocal)))
 	add(testCase[M]{
 		name:   "limiter-fail-local",
-		global: []M{a.New(local, a.WithErrorHandler(localLog.hook), a.WithTimeout(testTimeout))},
+		global: []M{a.New(local, a.WithErrorHandler(localLog.hook), a.WithTimeout(Timeout))},
 		steps: []step{
 			{path: "/", status: 200, want: map[string]string{"RateLimit-Policy": `"gcra";q=2;w=60`, "RateLimit": `"gcra";r=1;t=30`}},
 			{path: "/", status: 200},
@@ -555,7 +556,7 @@ func cases[O ~func(*flow.Config), M any](t *testing.T, a Adapter[O, M], rdb *red
 	shutLog := &errorLog{}
 	add(testCase[M]{
 		name:   "limiter-fail-closed",
-		global: []M{a.New(shut, a.WithErrorHandler(shutLog.hook), a.WithTimeout(testTimeout))},
+		global: []M{a.New(shut, a.WithErrorHandler(shutLog.hook), a.WithTimeout(Timeout))},
 		steps:  []step{{path: "/", status: 503, want: map[string]string{"RateLimit": ""}}},
 		after:  shutLog.expect(1, nil),
 	})
@@ -749,7 +750,7 @@ func cases[O ~func(*flow.Config), M any](t *testing.T, a Adapter[O, M], rdb *red
 	}
 	add(testCase[M]{
 		name:   "limiter-func",
-		global: []M{a.New(free, a.WithLimiterFunc(plan), a.WithTimeout(testTimeout))},
+		global: []M{a.New(free, a.WithLimiterFunc(plan), a.WithTimeout(Timeout))},
 		steps: []step{
 			{path: "/", status: 200, want: map[string]string{"RateLimit-Policy": `"token_bucket";q=1;w=60`}},
 			{path: "/", status: 429},
@@ -760,7 +761,7 @@ func cases[O ~func(*flow.Config), M any](t *testing.T, a Adapter[O, M], rdb *red
 	none := &errorLog{}
 	add(testCase[M]{
 		name:   "no-limiter",
-		global: []M{a.New(nil, a.WithLimiterFunc(plan), a.WithFailClosed(), a.WithErrorHandler(none.hook), a.WithTimeout(testTimeout))},
+		global: []M{a.New(nil, a.WithLimiterFunc(plan), a.WithFailClosed(), a.WithErrorHandler(none.hook), a.WithTimeout(Timeout))},
 		steps: []step{
 			{path: "/", status: 503},
 			{path: "/", header: map[string]string{"X-Plan": "pro"}, status: 200},
