@@ -16,8 +16,11 @@ import (
 )
 
 // deadRedis returns a client of a loopback port that refuses connections.
+// It dials once per command (go-redis's default is five dials, 100ms
+// apart, and sluice sends a call that could not connect up to four times:
+// 1.7s per decision); the tests are about what follows the refusal.
 func deadRedis(t *testing.T) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: redistest.RefusedAddr(t), MaxRetries: -1})
+	c := redis.NewClient(&redis.Options{Addr: redistest.RefusedAddr(t), MaxRetries: -1, DialerRetries: 1})
 	t.Cleanup(func() { c.Close() })
 	return c
 }
