@@ -54,7 +54,7 @@ fuzz:
 
 # bench compares sluice with redis_rate, ulule/limiter and throttled (bench/,
 # a module of its own) on a redis-server and Redis Clusters that the
-# benchmarks start themselves (about 4 minutes on 2 cores). It prints the
+# benchmarks start themselves (about 5 minutes on 2 cores). It prints the
 # tables and ratios and writes bench/results.txt, bench/chart.svg and the
 # results section of BENCHMARKS.md. BENCH_QUICK=1 runs only sluice GCRA (on
 # both clients), redis_rate and ulule at c=1 and c=64, and BenchmarkLatency
