@@ -327,8 +327,9 @@ func TestShadowNeverDeniesNorWaits(t *testing.T) {
 // A LeakyBucket WaitN whose context ends while it waits its turn says that
 // it was counted.
 func TestWaitCanceledWhileHeldSaysCounted(t *testing.T) {
-	// Canceled once the second Wait's request is admitted (the observer
-	// sees it before WaitN waits its turn), however long Redis takes.
+	// Canceled 50ms after the second Wait's request is admitted (the
+	// observer sees it before WaitN waits its turn), however long Redis
+	// takes to admit it: while WaitN waits its turn, a minute away.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var admitted atomic.Int32
@@ -336,7 +337,7 @@ func TestWaitCanceledWhileHeldSaysCounted(t *testing.T) {
 		WithPrefix(fmt.Sprintf("wait-held-%d", time.Now().UnixNano())),
 		WithObserver(func(e Event) {
 			if e.Allowed && admitted.Add(1) == 2 {
-				cancel()
+				time.AfterFunc(50*time.Millisecond, cancel)
 			}
 		}))
 	if err := lim.Wait(context.Background(), "k"); err != nil {

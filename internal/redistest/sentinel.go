@@ -333,7 +333,7 @@ func readBulk(r *bufio.Reader) (string, error) {
 		return "", fmt.Errorf("not a bulk string: %q", line)
 	}
 	n, err := strconv.Atoi(strings.TrimSpace(line[1:]))
-	if err != nil || n < 0 {
+	if err != nil || n < 0 || n > 1<<20 { // INFO server is a few KB
 		return "", fmt.Errorf("bad bulk length: %q", line)
 	}
 	b := make([]byte, n+2)
