@@ -18,7 +18,7 @@ import (
 	"github.com/sluicehq/sluice/keyfunc"
 )
 
-func TestMain(m *testing.M) { redistest.Main(m) }
+func TestMain(m *testing.M) { flowtest.Main(m) }
 
 type middleware = func(http.Handler) http.Handler
 

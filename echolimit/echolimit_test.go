@@ -9,11 +9,10 @@ import (
 
 	"github.com/sluicehq/sluice/echolimit"
 	"github.com/sluicehq/sluice/internal/flow/flowtest"
-	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/keyfunc"
 )
 
-func TestMain(m *testing.M) { redistest.Main(m) }
+func TestMain(m *testing.M) { flowtest.Main(m) }
 
 func ok(c echo.Context) error { return c.String(http.StatusOK, "ok") }
 

@@ -9,13 +9,12 @@ import (
 
 	"github.com/sluicehq/sluice/ginlimit"
 	"github.com/sluicehq/sluice/internal/flow/flowtest"
-	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/keyfunc"
 )
 
 func TestMain(m *testing.M) {
 	gin.SetMode(gin.ReleaseMode)
-	redistest.Main(m)
+	flowtest.Main(m)
 }
 
 func ok(c *gin.Context) { c.String(http.StatusOK, "ok") }

@@ -14,7 +14,7 @@ import (
 	"github.com/sluicehq/sluice/nethttp"
 )
 
-func TestMain(m *testing.M) { redistest.Main(m) }
+func TestMain(m *testing.M) { flowtest.Main(m) }
 
 type middleware = func(http.Handler) http.Handler
 

@@ -33,6 +33,17 @@ const (
 	DefaultDenyCache = 10000
 )
 
+// defaultTimeout is DefaultTimeout, raised by the adapters' tests (see
+// RaiseDefaultTimeout): they build limiters with the defaults on miniredis
+// under the race detector, on shared machines, and assert decisions, not
+// latency. (core's tests raise core's default the same way.)
+var defaultTimeout = DefaultTimeout
+
+// RaiseDefaultTimeout makes d the timeout that the constructors and
+// WithTimeout(0) use, for tests only (flowtest.Main); it is called before
+// any test runs.
+func RaiseDefaultTimeout(d time.Duration) { defaultTimeout = d }
+
 // ErrKey is wrapped by the error reported when the key function fails or
 // returns an empty key.
 var ErrKey = errors.New("sluice: no rate-limit key")
@@ -164,7 +175,7 @@ func WithErrorHandler(f func(*http.Request, error)) Option {
 func WithTimeout(d time.Duration) Option {
 	return func(c *Config) {
 		if d <= 0 {
-			d = DefaultTimeout
+			d = defaultTimeout
 		}
 		c.Timeout = d
 	}
@@ -218,7 +229,7 @@ func New[O ~func(*Config)](l *core.Limiter, opts []O) *Flow {
 		Key:       func(r *http.Request, _ any) (string, error) { return peer(r) },
 		Deny:      DenyPlain,
 		OnError:   logError,
-		Timeout:   DefaultTimeout,
+		Timeout:   defaultTimeout,
 		MaxDelay:  DefaultMaxDelay,
 		DenyCache: DefaultDenyCache,
 		Sleep:     sleep,

@@ -81,6 +81,15 @@ type Adapter[O ~func(*flow.Config), M any] struct {
 // adapters that build limiters of their own pass it too.
 const Timeout = 10 * time.Second
 
+// Main is the TestMain of an adapter's tests: the limiters its
+// constructors build with the default timeout (in its examples, say) get
+// Timeout instead, and the redis-servers the tests started are stopped at
+// the end (redistest.Main).
+func Main(m *testing.M) {
+	flow.RaiseDefaultTimeout(Timeout)
+	redistest.Main(m)
+}
+
 // Peer is the default RemoteAddr of the test requests.
 const Peer = "192.0.2.1:1234"
 
@@ -199,8 +208,12 @@ func (l *errorLog) expect(n int, target error) func(*testing.T) {
 }
 
 // unreachable returns a client of a loopback port that refuses connections.
+// It dials once per command (go-redis's default is five dials, 100ms
+// apart, and sluice sends a call that could not connect up to four times):
+// a refused decision then fails in tens of milliseconds, well within the
+// timeout the adapters' tests give their limiters (see Main).
 func unreachable(t *testing.T) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: redistest.RefusedAddr(t)})
+	c := redis.NewClient(&redis.Options{Addr: redistest.RefusedAddr(t), DialerRetries: 1})
 	t.Cleanup(func() { c.Close() })
 	return c
 }
