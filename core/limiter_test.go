@@ -442,7 +442,7 @@ func TestTTLOnEveryKey(t *testing.T) {
 			// for the fixed window; for the sliding log, the period rounded
 			// up to the end of a period-long cell; for the meters, the time
 			// to refill Burst, rounded up to the end of a cell: the period,
-			// or that time when it is shorter (see meter_ttl).
+			// or that time when it is shorter (see cell_ttl).
 			bound := l.Period
 			if alg == SlidingWindowCounter || alg == SlidingWindowLog {
 				bound = 2 * l.Period

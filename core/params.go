@@ -170,7 +170,7 @@ func (c *compiledRule) refillTicks() int64 {
 // scriptArgs returns the rule's ARGV entries: algorithm code, tick, then the
 // algorithm's five parameters a to e (see the headers of the .lua files).
 // The meters' e is the length of the cells in which they round a key's
-// TTL up (see meter_ttl in lua/prelude.lua); the windows' is unused.
+// TTL up (see cell_ttl in lua/prelude.lua); the windows' is unused.
 func (c *compiledRule) scriptArgs() []interface{} {
 	i := func(v int64) interface{} { return strconv.FormatInt(v, 10) }
 	switch c.Algorithm {

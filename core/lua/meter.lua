@@ -18,14 +18,14 @@
 -- half its formatting: a tenth of a decision's work in Redis, for a key
 -- read again before it expires. Redis also stores such a value as an
 -- integer, in less memory, and a write that keeps the key's TTL (see
--- meter_ttl) adds to it with INCRBY.) A value of another form is no state.
+-- cell_ttl) adds to it with INCRBY.) A value of another form is no state.
 -- Params: a = units per tick, b = units per event (the emission interval is
 -- b/a ticks), c = capacity in units (burst × b), d = how the meter treats
 -- what it admits: -2 polices (GCRA, TokenBucket: admitted requests proceed
 -- at once); -1 shapes (LeakyBucket: each waits its delay); d >= 0 shapes
 -- and also denies a request whose delay would exceed d ticks
 -- (core.WithMaxDelay). e = the cells of the key's TTL, in ticks (see
--- meter_ttl).
+-- cell_ttl).
 -- Returns the common shape (prelude.lua); when it shapes, delay is set when
 -- ok, and with a delay bound the remaining count after consuming is the
 -- eighth value (not simply avail - n when the bound binds).
@@ -132,7 +132,7 @@ local function meter(key, now, rate, event, cap, n, _, maxdelay, cell)
   local tat = now + whole
   -- (tat is the TAT's whole ticks: the TAT itself, tat + rem/rate, comes
   -- before the end of tat's cell, a whole tick)
-  local keep, ttl = meter_ttl(was, tat, now, cell)
+  local keep, ttl = cell_ttl(was, tat, now, cell)
   if rem == 0 then
     if keep and whole_form then
       -- INCRBY moves the TAT and keeps the TTL, in place: about an eighth

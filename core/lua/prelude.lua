@@ -47,7 +47,7 @@
 --                 replaces the stored value with SET ... KEEPTTL
 --   ttl           optional: the TTL, in ticks, to store write with when
 --                 not keep (default reset_after; the meters round it up
---                 to the end of a cell, see meter_ttl)
+--                 to the end of a cell, see cell_ttl)
 -- No algorithm writes anything before write is called. (fw_take and
 -- swc_take, which policy.lua calls instead of fixed_window and
 -- sliding_window_counter for a lone rule's consuming request, and for one
@@ -103,28 +103,30 @@ local function ahead_alive(key, ticks, tick)
   return call('PTTL', key) * 1000 >= ticks * tick
 end
 
--- The meters (meter.lua) keep a key until the tick
--- its state is back to untouched (full, or empty), which moves with every
--- write. Moving the key's expiry with it costs Redis about a sixth of a
--- decision, so they set it further, at the end of the cell holding that
--- tick (cells of e ticks, aligned to the Unix epoch: the period, or the
--- time to refill (or drain) the burst when that is shorter), and keep it
--- (INCRBY, or SET ... KEEPTTL) while later writes are back to untouched within the
--- same cell: a key hit again within a cell, as a busy one is, moves its
--- expiry once a cell at most. A key outlives its use by less than a cell:
--- its TTL is at most the time to refill its burst plus the shorter of
--- that time and the period.
+-- The meters (meter.lua) keep a key until the tick its state is back to
+-- untouched (full, or empty), and the sliding log until the tick its
+-- newest event leaves the window; both move with every write. Moving the
+-- key's expiry with them costs Redis about a sixth of a decision, so they
+-- set it further, at the end of the cell holding that tick (cells aligned
+-- to the Unix epoch: for the meters the period, or the time to refill (or
+-- drain) the burst when that is shorter; for the log the period), and
+-- keep it (INCRBY, SET ... KEEPTTL, or no PEXPIRE) while later writes are
+-- done within the same cell: a key hit again within a cell, as a busy one
+-- is, moves its expiry once a cell at most. A key outlives its use by less
+-- than a cell: a meter's TTL is at most the time to refill its burst plus
+-- the shorter of that time and the period; the log's twice its period.
 --
--- meter_ttl returns whether the key keeps its TTL, and otherwise the TTL
--- to write, in ticks from now. done is the tick the new state is back to
--- untouched at; was is the tick the stored state was back to untouched
--- at, or an earlier one (nil with no stored state). Every write sets the key's expiry at the end of the cell of its
--- done, or keeps a later one: so when done lies in was's cell, the key
--- already lives long enough. (A value written from outside, or whose TTL
--- was removed, has no such expiry: it gets one at its first write in
--- another cell. So has a GCRA value written by an earlier version, which
--- expired with its TAT: its form is the same.)
-local function meter_ttl(was, done, now, cell)
+-- cell_ttl returns whether the key keeps its TTL, and otherwise the TTL to
+-- write, in ticks from now. done is the tick the new state is done at
+-- (untouched, or its newest event gone); was is the tick the stored state
+-- was done at, or an earlier one (nil with no stored state). Every write
+-- sets the key's expiry at the end of the cell of its done, or keeps a
+-- later one: so when done lies in was's cell, the key already lives long
+-- enough. (A value written from outside, or whose TTL was removed, has no
+-- such expiry: it gets one at its first write in another cell. So has a
+-- GCRA value written by an earlier version, which expired with its TAT:
+-- its form is the same.)
+local function cell_ttl(was, done, now, cell)
   local end_ = done - done % cell + cell
   return was and was - was % cell + cell == end_, end_ - now
 end

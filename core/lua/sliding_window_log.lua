@@ -8,7 +8,7 @@
 -- Returns the common shape (prelude.lua). An event at time s counts while
 -- now < s + period.
 --
--- As the meters' (see meter_ttl), the key's expiry is the end of a cell:
+-- As the meters' (see cell_ttl), the key's expiry is the end of a cell:
 -- the period-long cell, aligned to the Unix epoch, that holds the instant
 -- its newest event leaves the window. A write whose newest event leaves in
 -- the same cell as the one before it keeps that expiry, and also leaves
@@ -42,11 +42,13 @@ local function sliding_window_log(key, now, rate, period, _, n, tick)
   if reset_before > period then
     reset_after = reset_before
   end
-  -- the end of the cell of the instant the newest event leaves, now, and
-  -- as of the last write (when the window holds its event)
-  local gone = now + reset_after
-  local end_ = gone - gone % period + period
-  local keep = latest >= 0 and latest + period - (latest + period) % period + period == end_
+  -- the instant the newest event leaves, now and as of the last write
+  -- (when the window holds its event)
+  local was
+  if latest >= 0 then
+    was = latest + period
+  end
+  local keep, ttl = cell_ttl(was, now + reset_after, now, period)
   return true, rate - c, 0, reset_before, reset_after, 0, function()
     if not keep then
       call('ZREMRANGEBYSCORE', key, '-inf', from)
@@ -80,7 +82,7 @@ local function sliding_window_log(key, now, rate, period, _, n, tick)
       end
     end
     if not keep then
-      call('PEXPIRE', key, ttl_ms(end_ - now, tick))
+      call('PEXPIRE', key, ttl_ms(ttl, tick))
     end
   end
 end
