@@ -484,7 +484,7 @@ func wantDecidedOnce(t *testing.T, lim *Limiter, what string) {
 // probe goroutine, holding the whole Limiter, runs forever: a goroutine
 // leak per limiter dropped while unhealthy (shutdown, a limiter per tenant).
 func TestBreakerProbeStopsWhenClientIsClosed(t *testing.T) {
-	c := deadRedis(t)
+	c := redistest.RefusedClient(t)
 	lim := newOn(t, c, GCRA, PerSecond(1), WithHealthCheck(1, 50*time.Millisecond))
 	lim.Allow(context.Background(), "k")
 	if lim.Health() != Unhealthy {

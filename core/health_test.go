@@ -15,19 +15,9 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
-// deadRedis returns a client of a loopback port that refuses connections.
-// It dials once per command (go-redis's default is five dials, 100ms
-// apart, and sluice sends a call that could not connect up to four times:
-// 1.7s per decision); the tests are about what follows the refusal.
-func deadRedis(t *testing.T) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: redistest.RefusedAddr(t), MaxRetries: -1, DialerRetries: 1})
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
 func TestFailureModes(t *testing.T) {
 	ctx := context.Background()
-	c := deadRedis(t)
+	c := redistest.RefusedClient(t)
 	cases := []struct {
 		mode    FailureMode
 		allowed []bool // three calls on one key, limit 2
@@ -148,7 +138,7 @@ func TestShadowAndObserver(t *testing.T) {
 	}
 
 	var errs []Event
-	dead := newOn(t, deadRedis(t), GCRA, PerSecond(1), WithFailureMode(FailLocal), WithObserver(func(e Event) { errs = append(errs, e) }))
+	dead := newOn(t, redistest.RefusedClient(t), GCRA, PerSecond(1), WithFailureMode(FailLocal), WithObserver(func(e Event) { errs = append(errs, e) }))
 	dead.Allow(ctx, "k")
 	if len(errs) != 1 || errs[0].Outcome != OutcomeFallback || errs[0].Err == nil {
 		t.Errorf("fallback event: %+v", errs)
@@ -156,13 +146,13 @@ func TestShadowAndObserver(t *testing.T) {
 }
 
 func TestWaitWithFailLocal(t *testing.T) {
-	lim := newOn(t, deadRedis(t), TokenBucket, Limit{Rate: 1, Period: 20 * time.Millisecond}, WithFailureMode(FailLocal))
+	lim := newOn(t, redistest.RefusedClient(t), TokenBucket, Limit{Rate: 1, Period: 20 * time.Millisecond}, WithFailureMode(FailLocal))
 	for i := 0; i < 3; i++ {
 		if err := lim.Wait(context.Background(), "k"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	open := newOn(t, deadRedis(t), TokenBucket, PerSecond(1))
+	open := newOn(t, redistest.RefusedClient(t), TokenBucket, PerSecond(1))
 	if err := open.Wait(context.Background(), "k"); err == nil {
 		t.Error("Wait on a dead Redis without FailLocal returned nil")
 	}
@@ -315,7 +305,7 @@ func TestShadowNeverDeniesNorWaits(t *testing.T) {
 		t.Errorf("Allow in shadow mode: %+v %v; want admitted with no Delay", r, err)
 	}
 	for _, mode := range []FailureMode{FailClosed, FailLocal} {
-		lim := newOn(t, deadRedis(t), TokenBucket, PerMinute(1), WithShadow(), WithFailureMode(mode), WithHealthCheck(0, 0))
+		lim := newOn(t, redistest.RefusedClient(t), TokenBucket, PerMinute(1), WithShadow(), WithFailureMode(mode), WithHealthCheck(0, 0))
 		for i := 0; i < 3; i++ {
 			if r, err := lim.Allow(ctx, "k"); err == nil || !r.Allowed {
 				t.Errorf("%s, Redis unreachable, call %d: %+v %v; want admitted, with the error", mode, i, r, err)
@@ -353,7 +343,7 @@ func TestWaitCanceledWhileHeldSaysCounted(t *testing.T) {
 // runs (holding the limiter) until Redis answers; the closed limiter still
 // decides, asking Redis every time.
 func TestCloseEndsTheProbe(t *testing.T) {
-	lim := newOn(t, deadRedis(t), TokenBucket, PerMinute(2), WithHealthCheck(1, 50*time.Millisecond))
+	lim := newOn(t, redistest.RefusedClient(t), TokenBucket, PerMinute(2), WithHealthCheck(1, 50*time.Millisecond))
 	var probes atomic.Int32
 	ping := lim.health.probe
 	lim.health.probe = func(ctx context.Context) error { probes.Add(1); return ping(ctx) }
@@ -387,7 +377,7 @@ func TestCloseEndsTheProbe(t *testing.T) {
 // Every AllowN is observed, one whose cost no rule can admit too.
 func TestObserverSeesACostError(t *testing.T) {
 	var events []Event
-	lim := newOn(t, deadRedis(t), GCRA, PerSecond(2), WithObserver(func(e Event) { events = append(events, e) }))
+	lim := newOn(t, redistest.RefusedClient(t), GCRA, PerSecond(2), WithObserver(func(e Event) { events = append(events, e) }))
 	if _, err := lim.AllowN(context.Background(), "k", 3); !errors.Is(err, ErrCostExceedsLimit) {
 		t.Fatal(err)
 	}

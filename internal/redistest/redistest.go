@@ -165,6 +165,17 @@ func RefusedAddr(tb testing.TB) string {
 	return c.LocalAddr().String()
 }
 
+// RefusedClient returns a client of RefusedAddr, closed when tb ends. It
+// dials once per command and retries none: go-redis dials five times,
+// 100ms apart, by default, and sluice sends a call that could not connect
+// up to four times, so that a decision on a refused port would take 1.7s;
+// the tests are about what follows the refusal.
+func RefusedClient(tb testing.TB) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: RefusedAddr(tb), MaxRetries: -1, DialerRetries: 1})
+	tb.Cleanup(func() { c.Close() })
+	return c
+}
+
 // StartT starts a redis-server of t's own (one it may stop and restart),
 // stopped when t ends: skipped when there is none, failed under CI=true.
 func StartT(t testing.TB) *Server {

@@ -207,17 +207,6 @@ func (l *errorLog) expect(n int, target error) func(*testing.T) {
 	}
 }
 
-// unreachable returns a client of a loopback port that refuses connections.
-// It dials once per command (go-redis's default is five dials, 100ms
-// apart, and sluice sends a call that could not connect up to four times):
-// a refused decision then fails in tens of milliseconds, well within the
-// timeout the adapters' tests give their limiters (see Main).
-func unreachable(t *testing.T) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: redistest.RefusedAddr(t), DialerRetries: 1})
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
 // stuck returns a client of a server that accepts connections and never
 // answers: every command waits for the client's ReadTimeout (3s).
 func stuck(t *testing.T) *redis.Client {
@@ -476,7 +465,7 @@ func cases[O ~func(*flow.Config), M any](t *testing.T, a Adapter[O, M], rdb *red
 	open := &errorLog{}
 	add(testCase[M]{
 		name:   "fail-open",
-		global: []M{a.TokenBucket(unreachable(t), core.PerSecond(1), a.WithErrorHandler(open.hook))},
+		global: []M{a.TokenBucket(redistest.RefusedClient(t), core.PerSecond(1), a.WithErrorHandler(open.hook))},
 		steps: []step{
 			{path: "/", status: 200, body: "ok", want: map[string]string{"RateLimit": "", "RateLimit-Policy": "", "Retry-After": ""}},
 			{path: "/", status: 200},
@@ -486,7 +475,7 @@ func cases[O ~func(*flow.Config), M any](t *testing.T, a Adapter[O, M], rdb *red
 	closed := &errorLog{}
 	add(testCase[M]{
 		name:   "fail-closed",
-		global: []M{a.TokenBucket(unreachable(t), core.PerSecond(1), a.WithFailClosed(), a.WithErrorHandler(closed.hook))},
+		global: []M{a.TokenBucket(redistest.RefusedClient(t), core.PerSecond(1), a.WithFailClosed(), a.WithErrorHandler(closed.hook))},
 		steps: []step{
 			{path: "/", status: 503, want: map[string]string{"RateLimit": ""}},
 		},
@@ -514,7 +503,7 @@ func cases[O ~func(*flow.Config), M any](t *testing.T, a Adapter[O, M], rdb *red
 	localMW := &errorLog{}
 	add(testCase[M]{
 		name: "fail-local",
-		global: []M{a.GCRA(unreachable(t), core.PerMinute(2), a.WithFailureMode(core.FailLocal),
+		global: []M{a.GCRA(redistest.RefusedClient(t), core.PerMinute(2), a.WithFailureMode(core.FailLocal),
 			a.WithErrorHandler(localMW.hook))},
 		steps: []step{
 			{path: "/", status: 200, want: map[string]string{"RateLimit": `"gcra";r=1;t=30`}},
@@ -554,7 +543,7 @@ func cases[O ~func(*flow.Config), M any](t *testing.T, a Adapter[O, M], rdb *red
 	// A limiter's own failure mode: FailLocal decides with the in-process
 	// twin (headers and all, errors still reported); FailClosed denies.
 	localLog := &errorLog{}
-	local := mustLimiter(core.New(unreachable(t), core.GCRA, core.PerMinute(2), core.WithFailureMode(core.FailLocal)))
+	local := mustLimiter(core.New(redistest.RefusedClient(t), core.GCRA, core.PerMinute(2), core.WithFailureMode(core.FailLocal)))
 	add(testCase[M]{
 		name:   "limiter-fail-local",
 		global: []M{a.New(local, a.WithErrorHandler(localLog.hook), a.WithTimeout(Timeout))},
@@ -565,7 +554,7 @@ func cases[O ~func(*flow.Config), M any](t *testing.T, a Adapter[O, M], rdb *red
 		},
 		after: localLog.expect(3, nil),
 	})
-	shut := mustLimiter(core.New(unreachable(t), core.GCRA, core.PerMinute(2), core.WithFailureMode(core.FailClosed)))
+	shut := mustLimiter(core.New(redistest.RefusedClient(t), core.GCRA, core.PerMinute(2), core.WithFailureMode(core.FailClosed)))
 	shutLog := &errorLog{}
 	add(testCase[M]{
 		name:   "limiter-fail-closed",
