@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -278,6 +279,56 @@ func TestClosedConnectionResendableOnlyAlone(t *testing.T) {
 		if got := resendable(tc.err, tc.alone); got != tc.want {
 			t.Errorf("resendable(%v, alone %v) = %v; want %v", tc.err, tc.alone, got, tc.want)
 		}
+	}
+}
+
+// Flushers park while another batch is in flight, and none is left once
+// the traffic ends: a limiter nobody uses holds no goroutine.
+func TestNoFlusherOutlivesTheTraffic(t *testing.T) {
+	c := redistest.Client(t)
+	lim := newOn(t, c, GCRA, PerHour(1_000_000), WithPrefix(fmt.Sprintf("park-%d", time.Now().UnixNano())))
+	ctx := context.Background()
+	for round := 0; round < 3; round++ {
+		var wg sync.WaitGroup
+		for g := 0; g < 64; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < 50; i++ {
+					if _, err := lim.Allow(ctx, fmt.Sprintf("k%d", (g+i)%7)); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		waitBatcherIdle(t, lim.batch)
+		lim.batch.mu.Lock()
+		parked := lim.batch.parked
+		lim.batch.mu.Unlock()
+		if parked != 0 {
+			t.Fatalf("round %d: %d flushers still parked with nothing in flight", round, parked)
+		}
+		for deadline := time.Now().Add(10 * time.Second); flushersRunning() > 0; {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: %d flusher goroutines left after the traffic", round, flushersRunning())
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
+// flushersRunning counts the goroutines in a batcher's flush, of every
+// batcher of the test binary.
+func flushersRunning() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Count(string(buf[:n]), "core.(*batcher).flush(")
+		}
+		buf = make([]byte, 2*len(buf))
 	}
 }
 
