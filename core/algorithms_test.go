@@ -250,6 +250,70 @@ func meterStateForms(t *testing.T, alg Algorithm) {
 	}
 }
 
+// A lone meter rule without a delay bound is decided by meter_lone (see
+// lua/meter.lua); in a policy of several rules, the same rule is decided
+// by meter itself. Beside a rule that always admits, the two must answer
+// and write alike: over every stored value (TATs ahead and behind, a
+// clock stepped back behind the TAT, fractions, the "<ticks>:<rem>" form,
+// values written from outside), for GCRA and LeakyBucket, for requests
+// that consume one or several, and for Peek. On miniredis, whose clock
+// stands still, so that both decide at the same instant.
+func TestLoneMeterAnswersAsTheMeter(t *testing.T) {
+	clk, c := newClock(t)
+	ctx := context.Background()
+	now := clk.now.UnixMicro()
+	const event = int64(360_000_000) // microseconds
+	values := []string{"", "5.5", "-12", "nan", "inf", "-inf", "1e300", "0x10", "garbage",
+		fmt.Sprintf("%d.5", now+5*event), fmt.Sprintf("%d:7", now+2*event)}
+	for k := int64(-2); k <= 12; k++ {
+		values = append(values, strconv.FormatInt(now+k*event+k%3, 10))
+	}
+	ops := map[string]func(*Limiter, string) (Result, error){
+		"Allow":     func(l *Limiter, key string) (Result, error) { return l.Allow(ctx, key) },
+		"AllowN(3)": func(l *Limiter, key string) (Result, error) { return l.AllowN(ctx, key, 3) },
+		"Peek":      func(l *Limiter, key string) (Result, error) { return l.Peek(ctx, key) },
+	}
+	for _, alg := range []Algorithm{GCRA, LeakyBucket} {
+		rule := Rule{Name: "r", Algorithm: alg, Limit: Limit{Rate: 10, Period: time.Hour, Burst: 10}}
+		lone, err := NewPolicy(c, []Rule{rule}, WithPrefix("lone"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		open := Rule{Name: "open", Algorithm: FixedWindow, Limit: PerSecond(1_000_000)}
+		inPolicy, err := NewPolicy(c, []Rule{rule, open}, WithPrefix("policy"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range values {
+			for name, op := range ops {
+				key := fmt.Sprintf("%s-%d-%s", alg, i, name)
+				var got [2]RuleResult
+				var stored [2]string
+				var ttl [2]time.Duration
+				for j, lim := range []*Limiter{lone, inPolicy} {
+					rk := lim.keys(key)[0]
+					if v != "" {
+						if err := c.Set(ctx, rk, v, 2*time.Hour).Err(); err != nil {
+							t.Fatal(err)
+						}
+					}
+					r, err := op(lim, key)
+					if err != nil {
+						t.Fatalf("%s over %q, %s: %v", alg, v, name, err)
+					}
+					got[j], stored[j], ttl[j] = r.Rules[0], c.Get(ctx, rk).Val(), c.PTTL(ctx, rk).Val()
+				}
+				if got[0] != got[1] {
+					t.Errorf("%s over %q, %s:\n alone     %+v\n in policy %+v", alg, v, name, got[0], got[1])
+				}
+				if stored[0] != stored[1] || ttl[0] != ttl[1] {
+					t.Errorf("%s over %q, %s: alone wrote %q (TTL %v), in a policy %q (TTL %v)", alg, v, name, stored[0], ttl[0], stored[1], ttl[1])
+				}
+			}
+		}
+	}
+}
+
 // FixedWindow stores its count with its window's tag as one integer
 // (tag × 2^32 + count), and a request that consumes takes its events with
 // INCRBY first, giving them back when they are not admissible. These are

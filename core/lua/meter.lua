@@ -143,3 +143,63 @@ local function meter(key, now, rate, event, cap, n, _, maxdelay, cell)
   end
   return true, avail, 0, wait, whole + 1, delay, format('%d:%d', tat, rem), after, keep, ttl
 end
+
+-- meter_lone is meter's common case written apart: a request of a lone
+-- rule (policy.lua's one-rule loop) that does not bound its delay (GCRA,
+-- TokenBucket, LeakyBucket without core.WithMaxDelay) and whose emission
+-- interval is a whole number of ticks (b a multiple of a, as for 10 per
+-- second), so that the TAT is always one whole number. It decides as
+-- meter does, writes as store does (policy.lua) when the request consumes
+-- and is admitted, and returns the request's answer for one rule: the
+-- header, the reset and the third integer (0: none). It returns nothing,
+-- having written nothing, for what it leaves to meter: a stored value
+-- that is not a whole number below 2^52 (the "<ticks>:<rem>" form, or one
+-- written from outside), or more debt than the capacity (the clock
+-- stepped back). TestLoneMeterAnswersAsTheMeter holds the two to the same
+-- answers and writes. It spares Redis a tenth of a GCRA decision (24.4k
+-- instructions against 27.0k): a Lua call, the results passed between
+-- meter and the loop, and the branches for the cases it leaves to meter.
+local function meter_lone(key, now, rate, event, cap, n, consume, shapes, tick, cell)
+  local debt, wait = 0, 0 -- in units; in ticks, until untouched
+  local was = nil
+  local v = call('GET', key)
+  if v then
+    was = tonumber(v)
+    if not was or was >= 4503599627370496 or was % 1 ~= 0 then
+      return
+    end
+    if was > now then
+      wait = was - now
+      debt = wait * rate
+      if debt > cap then
+        return
+      end
+    end
+  end
+  local need = n * event
+  local avail = idiv(cap - debt, event)
+  if debt + need > cap then
+    return avail * 4 + 1, wait * tick, ceildiv(debt + need - cap, rate) * tick
+  end
+  local delay = 0
+  if shapes then
+    delay = wait * tick
+  end
+  if consume then
+    local whole = (debt + need) / rate
+    local tat = now + whole
+    local keep, ttl = cell_ttl(was, tat, now, cell)
+    if keep then
+      if redis.pcall('INCRBY', key, format('%d', tat - was)) ~= tat then
+        call('SET', key, format('%d', tat), 'KEEPTTL') -- (see prelude.lua)
+      end
+    else
+      call('SET', key, format('%d', tat), 'PX', ttl_ms(ttl, tick))
+    end
+    avail, wait = avail - n, whole
+  end
+  if delay ~= 0 then
+    return avail * 4 + 3, wait * tick, delay
+  end
+  return avail * 4 + 2, wait * tick, 0
+end

@@ -230,7 +230,8 @@ else
   -- store's written out in the loop, a Lua call or two less per request
   -- (each costs Redis several hundred instructions: calling store here
   -- added 560 to a GCRA decision's 25.7k). A change to store's write is a
-  -- change to this one. It appends two or
+  -- change to this one, and to meter_lone's (meter.lua), which decides
+  -- most requests of a lone meter rule before meter would. It appends two or
   -- three integers per request (see the top of this file), leaving the
   -- third out when it is 0. No algorithm lets its state pass its
   -- capacity, so remaining is never negative; were it ever, it is sent as
@@ -250,6 +251,10 @@ else
     elseif alg == sliding_window_counter and c > 0 then
       take = swc_take
     end
+    -- a meter without a delay bound, of a whole emission interval, goes
+    -- to meter_lone first (see meter.lua)
+    local lone = alg == meter and p < 0 and b % a == 0
+    local shapes = p == -1
     while d <= count do
       local n = unit or ARGV[base + d - 1] + 0
       local consume = n > 0
@@ -257,8 +262,19 @@ else
         n = -n
       end
       local key = KEYS[d]
-      local taken -- true or false when take decided, nil when it did not
-      if take and consume then
+      local taken -- true or false when meter_lone or take decided, nil when neither did
+      if lone then
+        local h, reset, extra = meter_lone(key, now, a, b, c, n, consume, shapes, tick, e)
+        if extra == 0 then
+          replies[top + 1], replies[top + 2] = h, reset
+          top = top + 2
+          taken = true
+        elseif h then
+          replies[top + 1], replies[top + 2], replies[top + 3] = h, reset, extra
+          top = top + 3
+          taken = true
+        end
+      elseif take and consume then
         local remaining, reset, retry
         taken, remaining, reset, retry = take(key, now, a, b, c, n, tick, p)
         if taken then
