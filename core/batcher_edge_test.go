@@ -258,6 +258,7 @@ func TestHungPipelineDoesNotHoldBackOthers(t *testing.T) {
 	lim := newOn(t, c, FixedWindow, PerHour(100), WithTimeout(3*time.Second), WithHealthCheck(0, 0),
 		WithPrefix(fmt.Sprintf("hung-%d", time.Now().UnixNano())))
 	b := lim.batch
+	setFlushers(b, 2) // the scene below: both flushers busy
 	bg := context.Background()
 	loadScript(t, c)
 	results := make(chan error, 4)
@@ -549,6 +550,7 @@ func strandTrial(t *testing.T, trial int) (hit bool) {
 	lim = newOn(t, c, FixedWindow, PerHour(100), WithTimeout(0), WithHealthCheck(0, 0),
 		WithPrefix(fmt.Sprintf("strand-%d", time.Now().UnixNano())))
 	b := lim.batch
+	setFlushers(b, 2) // a's and b1's: b2 and b3 wait for one of them
 	loadScript(t, c)
 	allow(fmt.Sprintf("a-%d", trial))
 	<-aHeld
@@ -648,6 +650,7 @@ func TestDecisionNotSentAfterItsCallerLeftBehindDel(t *testing.T) {
 	lim := newOn(t, c, FixedWindow, PerHour(10), WithTimeout(0), WithHealthCheck(0, 0),
 		WithPrefix(fmt.Sprintf("delfirst-%d", time.Now().UnixNano())))
 	b := lim.batch
+	setFlushers(b, 2) // the scene below: both flushers busy
 	bg := context.Background()
 	loadScript(t, c)
 	errs := make(chan error, 8)
@@ -856,6 +859,7 @@ func TestDelAnsweredBeforeTheScripts(t *testing.T) {
 	lim := newOn(t, c, FixedWindow, PerHour(10), WithTimeout(10*time.Second), WithHealthCheck(0, 0),
 		WithPrefix(fmt.Sprintf("delbehind-%d", time.Now().UnixNano())))
 	b := lim.batch
+	setFlushers(b, 2) // the scene below: both flushers busy
 	bg := context.Background()
 	loadScript(t, c)
 	relX1, relX2, relLong := hold("{x1}"), hold("{x2}"), hold("{long}")
@@ -1064,6 +1068,14 @@ func shardKeys(t *testing.T, lim *Limiter, h *farHook, nearN, farN int) (near, f
 		t.Fatal("not enough keys found on each shard")
 	}
 	return near, far
+}
+
+// setFlushers sets how many flushers b runs at once. The scenes of the
+// tests above are set with two, both busy, where newBatcher allows three.
+func setFlushers(b *batcher, n int) {
+	b.mu.Lock()
+	b.flushers = n
+	b.mu.Unlock()
 }
 
 // queueTogether starts one Allow per key once no flusher may start, waits

@@ -310,23 +310,22 @@ func TestNoFlusherOutlivesTheTraffic(t *testing.T) {
 		if parked != 0 {
 			t.Fatalf("round %d: %d flushers still parked with nothing in flight", round, parked)
 		}
-		for deadline := time.Now().Add(10 * time.Second); flushersRunning() > 0; {
+		for deadline := time.Now().Add(10 * time.Second); flushersRunning(lim.batch) > 0; {
 			if time.Now().After(deadline) {
-				t.Fatalf("round %d: %d flusher goroutines left after the traffic", round, flushersRunning())
+				t.Fatalf("round %d: %d flusher goroutines left after the traffic", round, flushersRunning(lim.batch))
 			}
 			time.Sleep(time.Millisecond)
 		}
 	}
 }
 
-// flushersRunning counts the goroutines in a batcher's flush, of every
-// batcher of the test binary.
-func flushersRunning() int {
+// flushersRunning counts the goroutines in b's flush.
+func flushersRunning(b *batcher) int {
 	buf := make([]byte, 1<<20)
 	for {
 		n := runtime.Stack(buf, true)
 		if n < len(buf) {
-			return strings.Count(string(buf[:n]), "core.(*batcher).flush(")
+			return strings.Count(string(buf[:n]), fmt.Sprintf("core.(*batcher).flush(%p)", b))
 		}
 		buf = make([]byte, 2*len(buf))
 	}
