@@ -282,8 +282,8 @@ func TestClosedConnectionResendableOnlyAlone(t *testing.T) {
 	}
 }
 
-// Flushers park while another batch is in flight, and none is left once
-// the traffic ends: a limiter nobody uses holds no goroutine.
+// Flushers park while another batch is in flight (see flush), but none is
+// left once the traffic ends: a limiter nobody uses holds no goroutine.
 func TestNoFlusherOutlivesTheTraffic(t *testing.T) {
 	c := redistest.Client(t)
 	lim := newOn(t, c, GCRA, PerHour(1_000_000), WithPrefix(fmt.Sprintf("park-%d", time.Now().UnixNano())))
@@ -304,12 +304,6 @@ func TestNoFlusherOutlivesTheTraffic(t *testing.T) {
 		}
 		wg.Wait()
 		waitBatcherIdle(t, lim.batch)
-		lim.batch.mu.Lock()
-		parked := lim.batch.parked
-		lim.batch.mu.Unlock()
-		if parked != 0 {
-			t.Fatalf("round %d: %d flushers still parked with nothing in flight", round, parked)
-		}
 		for deadline := time.Now().Add(10 * time.Second); flushersRunning(lim.batch) > 0; {
 			if time.Now().After(deadline) {
 				t.Fatalf("round %d: %d flusher goroutines left after the traffic", round, flushersRunning(lim.batch))
