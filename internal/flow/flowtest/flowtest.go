@@ -358,14 +358,15 @@ func cases[O ~func(*flow.Config), M any](t *testing.T, a Adapter[O, M], rdb *red
 		},
 	})
 	// A sub-second period: w is rounded up to 1, and so are t and
-	// Retry-After (at least 1, never 0). A token comes back every 450ms.
+	// Retry-After (at least 1, never 0). The token comes back 999ms after
+	// the first request: the second must come before (on a loaded
+	// machine, a period shorter still could pass between two requests).
 	add(testCase[M]{
 		name:   "headers/sub-second",
-		global: []M{a.TokenBucket(rdb, core.Limit{Rate: 2, Period: 900 * time.Millisecond}, prefix("headers-subsecond"))},
+		global: []M{a.TokenBucket(rdb, core.Limit{Rate: 1, Period: 999 * time.Millisecond}, prefix("headers-subsecond"))},
 		steps: []step{
 			{path: "/", status: 200, want: map[string]string{
-				"RateLimit-Policy": `"token_bucket";q=2;w=1`, "RateLimit": `"token_bucket";r=1;t=1`}},
-			{path: "/", status: 200},
+				"RateLimit-Policy": `"token_bucket";q=1;w=1`, "RateLimit": `"token_bucket";r=0;t=1`}},
 			{path: "/", status: 429, want: map[string]string{"RateLimit": `"token_bucket";r=0;t=1`, "Retry-After": "1"}},
 		},
 	})
@@ -686,10 +687,13 @@ func cases[O ~func(*flow.Config), M any](t *testing.T, a Adapter[O, M], rdb *red
 			return nil
 		}
 	})
+	// One request every 10s, a bound of 15s: the second request waits 10s
+	// (recorded, not slept), the third would wait 20s and is denied, with
+	// 5s to go until its wait fits. The steps have those 5s to run in.
 	add(testCase[M]{
 		name: "leaky-delay",
-		global: []M{a.LeakyBucket(rdb, core.PerMinute(60), prefix("leaky"), record,
-			a.WithMaxDelay(1500*time.Millisecond))},
+		global: []M{a.LeakyBucket(rdb, core.PerMinute(6), prefix("leaky"), record,
+			a.WithMaxDelay(15*time.Second))},
 		steps: []step{
 			{path: "/", status: 200},
 			{path: "/", status: 200},
@@ -705,23 +709,36 @@ func cases[O ~func(*flow.Config), M any](t *testing.T, a Adapter[O, M], rdb *red
 		after: func(t *testing.T) {
 			heldMu.Lock()
 			defer heldMu.Unlock()
-			if len(held) != 1 || held[0] <= 0 || held[0] > time.Second {
-				t.Errorf("held for %v, want one delay in (0, 1s]", held)
+			if len(held) != 1 || held[0] <= 0 || held[0] > 10*time.Second {
+				t.Errorf("held for %v, want one delay in (0, 10s]", held)
 			}
 		},
 	})
 	// A delay past WithMaxDelay is denied by Redis and takes no place in
-	// the bucket: the next denial's Retry-After is no later.
+	// the bucket: no later denial's Retry-After is later than the first's
+	// (5s, as above; one that took a place would add 10s).
+	firstRetry := 0
+	retryNoLater := func(t *testing.T, rec *httptest.ResponseRecorder) {
+		ra, err := strconv.Atoi(rec.Header().Get("Retry-After"))
+		if err != nil || ra < 1 || ra > 5 {
+			t.Errorf("Retry-After = %q, want 1 to 5", rec.Header().Get("Retry-After"))
+		}
+		if firstRetry == 0 {
+			firstRetry = ra
+		} else if ra > firstRetry {
+			t.Errorf("Retry-After = %d after a first denial's %d: the denied request took a place", ra, firstRetry)
+		}
+	}
 	add(testCase[M]{
 		name: "leaky-max-delay-consumes-nothing",
-		global: []M{a.LeakyBucket(rdb, core.PerMinute(60), prefix("leaky-bound"), record,
-			a.WithMaxDelay(1500*time.Millisecond))},
+		global: []M{a.LeakyBucket(rdb, core.PerMinute(6), prefix("leaky-bound"), record,
+			a.WithMaxDelay(15*time.Second))},
 		steps: []step{
 			{path: "/", status: 200},
 			{path: "/", status: 200},
-			{path: "/", status: 429, want: map[string]string{"Retry-After": "1"}},
-			{path: "/", status: 429, want: map[string]string{"Retry-After": "1"}},
-			{path: "/", status: 429, want: map[string]string{"Retry-After": "1"}},
+			{path: "/", status: 429, check: retryNoLater},
+			{path: "/", status: 429, check: retryNoLater},
+			{path: "/", status: 429, check: retryNoLater},
 		},
 	})
 	// A held request whose client goes away is not served.
