@@ -150,8 +150,10 @@ end
 -- interval is a whole number of ticks (b a multiple of a, as for 10 per
 -- second), so that the TAT is always one whole number. It decides as
 -- meter does, writes as store does (policy.lua) when the request consumes
--- and is admitted, and returns the request's answer for one rule: the
--- header, the reset and the third integer (0: none). It returns nothing,
+-- and is admitted, and returns the request's answer for one rule as the
+-- one-rule loop builds it from meter's results: the header without its
+-- "third integer follows" flag, the reset, and the retry or the delay
+-- (0: none, as for a policing meter's admission). It returns nothing,
 -- having written nothing, for what it leaves to meter: a stored value
 -- that is not a whole number below 2^52 (the "<ticks>:<rem>" form, or one
 -- written from outside), or more debt than the capacity (the clock
@@ -179,7 +181,7 @@ local function meter_lone(key, now, rate, event, cap, n, consume, shapes, tick, 
   local need = n * event
   local avail = idiv(cap - debt, event)
   if debt + need > cap then
-    return avail * 4 + 1, wait * tick, ceildiv(debt + need - cap, rate) * tick
+    return avail * 4, wait * tick, ceildiv(debt + need - cap, rate) * tick
   end
   local delay = 0
   if shapes then
@@ -198,8 +200,5 @@ local function meter_lone(key, now, rate, event, cap, n, consume, shapes, tick, 
     end
     avail, wait = avail - n, whole
   end
-  if delay ~= 0 then
-    return avail * 4 + 3, wait * tick, delay
-  end
-  return avail * 4 + 2, wait * tick, 0
+  return avail * 4 + 2, wait * tick, delay
 end

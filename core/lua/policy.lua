@@ -262,19 +262,12 @@ else
         n = -n
       end
       local key = KEYS[d]
-      local taken -- true or false when meter_lone or take decided, nil when neither did
+      local h, reset, extra -- the answer, once meter_lone or alg gave it
       if lone then
-        local h, reset, extra = meter_lone(key, now, a, b, c, n, consume, shapes, tick, e)
-        if extra == 0 then
-          replies[top + 1], replies[top + 2] = h, reset
-          top = top + 2
-          taken = true
-        elseif h then
-          replies[top + 1], replies[top + 2], replies[top + 3] = h, reset, extra
-          top = top + 3
-          taken = true
-        end
-      elseif take and consume then
+        h, reset, extra = meter_lone(key, now, a, b, c, n, consume, shapes, tick, e)
+      end
+      local taken -- true or false when take decided, nil when it did not
+      if take and consume then
         local remaining, reset, retry
         taken, remaining, reset, retry = take(key, now, a, b, c, n, tick, p)
         if taken then
@@ -288,10 +281,9 @@ else
           top = top + 3
         end
       end
-      if taken == nil then
+      if h == nil and taken == nil then
         local ok, avail, retry, reset_before, reset_after, delay, write, after, keep, ttl =
           alg(key, now, a, b, c, n, tick, p, e)
-        local h, reset, extra
         if not ok then
           h, reset, extra = avail * 4, reset_before * tick, retry * tick
         elseif not consume then
@@ -316,6 +308,8 @@ else
         if h < 0 then
           h = h % 4 -- remaining 0, the flags kept
         end
+      end
+      if h then
         if extra ~= 0 then
           replies[top + 1], replies[top + 2], replies[top + 3] = h + 1, reset, extra
           top = top + 3
