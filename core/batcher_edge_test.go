@@ -1085,8 +1085,9 @@ func queueTogether(t *testing.T, lim *Limiter, before func(), keys ...string) ma
 	t.Helper()
 	b := lim.batch
 	b.mu.Lock()
-	b.flushers = 0
+	flushers := b.flushers
 	b.mu.Unlock()
+	setFlushers(b, 0)
 	waitBatcherIdle(t, b) // no flusher left from before to take them
 	out := map[string]chan error{}
 	for _, k := range keys {
@@ -1098,9 +1099,7 @@ func queueTogether(t *testing.T, lim *Limiter, before func(), keys ...string) ma
 	if before != nil {
 		before()
 	}
-	b.mu.Lock()
-	b.flushers = 2
-	b.mu.Unlock()
+	setFlushers(b, flushers)
 	b.expire() // starts a flusher on what is pending
 	return out
 }
