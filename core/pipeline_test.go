@@ -47,8 +47,10 @@ func TestBatchedResultsReachTheirCallers(t *testing.T) {
 func TestScriptErrorsTravelAsIntegers(t *testing.T) {
 	c := redistest.Client(t)
 	ctx := context.Background()
-	src := scriptSrc[strings.Index(scriptSrc, "local function put_error"):]
-	src = src[:strings.Index(src, "\nend\n")+5]
+	at := strings.Index(scriptSrc, "local function put_error")
+	indent := scriptSrc[strings.LastIndexByte(scriptSrc[:at], '\n')+1 : at] // it is made inside a block
+	src := scriptSrc[at:]
+	src = src[:strings.Index(src, "\n"+indent+"end\n")+len(indent)+5]
 	harness := "local replies, top = {}, 0\n" + src + "\nput_error(ARGV[1])\nreplies[top + 1] = 7\nreturn replies"
 	for _, n := range []int{0, 1, 5, 6, 7, 11, 12, 13, 66, maxScriptError - 1, maxScriptError, maxScriptError + 1, 2000} {
 		msg := make([]byte, n)
