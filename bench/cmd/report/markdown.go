@@ -204,12 +204,7 @@ func writeGoals(w io.Writer, g *grid, lat latency, turns turnsRun) {
 				return v / two, ok
 			}
 			return v / best, ok
-		}, func(x float64) bool { return x >= 3 }, func(row string) string {
-			if row == "sluice_policy" && two == 0 {
-				return notComparedOneLimit
-			}
-			return notCompared(row)
-		}))
+		}, func(x float64) bool { return x >= 3 }, func(row string) string { return notCompared(row, two > 0) }))
 	}
 	best, bestName := 0.0, ""
 	for _, p := range goalPeers {
@@ -226,12 +221,7 @@ func writeGoals(w io.Writer, g *grid, lat latency, turns turnsRun) {
 		fmt.Fprint(w, goalList(g.rows, func(row string) (float64, bool) {
 			v, ok := g.value(row, goalC, "decisions/s")
 			return v / best, ok
-		}, func(x float64) bool { return x >= 3 }, func(row string) string {
-			if row == "sluice_policy" {
-				return notComparedOneLimit
-			}
-			return notCompared(row)
-		}))
+		}, func(x float64) bool { return x >= 3 }, func(row string) string { return notCompared(row, false) }))
 	}
 	if p50 := lat["redis_rate"]; p50 > 0 {
 		fmt.Fprintf(w, "- **Latency of one caller**, sluice p50 ÷ redis_rate p50, in turns (%s µs); goal ≤ 1.10×:", fmtUs(p50))
@@ -259,19 +249,19 @@ func writeGoals(w io.Writer, g *grid, lat latency, turns turnsRun) {
 }
 
 // notCompared says why the throughput goal leaves a row's ratio out, or
-// "" when it holds the row to it: no peer offers a sliding log, so its
-// ratio to a fixed window or a GCRA is shown and not judged.
-func notCompared(row string) string {
-	if row == "sluice_sliding_window_log" {
+// "" when it holds the row to it. No peer offers a sliding log, so its
+// ratio to a fixed window or a GCRA is shown and not judged; and the
+// policy is judged only against peers deciding both of its limits
+// (twoPeers: they ran, in BenchmarkTurns), not against one limit.
+func notCompared(row string, twoPeers bool) string {
+	switch {
+	case row == "sluice_sliding_window_log":
 		return "no peer offers it: not compared"
+	case row == "sluice_policy" && !twoPeers:
+		return "two limits against one: compared in turns"
 	}
 	return ""
 }
-
-// notComparedOneLimit is why the policy's ratio to a peer deciding one
-// limit is not judged: the goal compares it with the peers deciding both
-// of its limits, which run in BenchmarkTurns only.
-const notComparedOneLimit = "two limits against one: compared in turns"
 
 // goalList writes each sluice row's ratio and its verdict: met, not met,
 // or, when note gives a reason (note may be nil), that reason instead.
