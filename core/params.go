@@ -2,7 +2,7 @@ package core
 
 import (
 	"crypto/sha256"
-	"encoding/hex"
+	"encoding/base64"
 	"fmt"
 	"strconv"
 	"time"
@@ -261,9 +261,14 @@ var stateForm = map[Algorithm]string{
 	SlidingWindowLog: "cell",
 }
 
-// fingerprint returns a short hash of the rules: name, algorithm, rate,
-// period and burst of each, in order, and the form of the state where it
-// changed in a way earlier builds' keys must not be read as (stateForm).
+// fingerprint returns a hash of the rules: name, algorithm, rate, period
+// and burst of each, in order, and the form of the state where it changed
+// in a way earlier builds' keys must not be read as (stateForm). It keeps
+// 128 bits of SHA-256, so that among even millions of limiters two with
+// different rules practically never share keys (a chance of about 2^-89
+// for a million), written in 22 base64url characters (A-Z a-z 0-9 - _,
+// none of them special in a key or a hash tag). Keys of the 32-bit form
+// before it (8 hex digits) are never read again and expire on their TTL.
 func fingerprint(rules []compiledRule) string {
 	h := sha256.New()
 	for _, r := range rules {
@@ -273,5 +278,5 @@ func fingerprint(rules []compiledRule) string {
 		}
 		h.Write([]byte("\n"))
 	}
-	return hex.EncodeToString(h.Sum(nil)[:4])
+	return base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:16])
 }
