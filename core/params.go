@@ -59,14 +59,14 @@ func gcd(a, b int64) int64 {
 // compilePolicy validates rules and the options that change decisions
 // (WithMaxDelay), for NewPolicy and NewLocal alike.
 func compilePolicy(rules []Rule, o options) ([]compiledRule, error) {
-	if o.maxDelay < -1 {
-		return nil, fmt.Errorf("%w: negative max delay", ErrInvalidLimit)
+	if o.maxDelaySet && o.maxDelay < 0 {
+		return nil, fmt.Errorf("%w: max delay %s must not be negative", ErrInvalidConfig, o.maxDelay)
 	}
 	compiled, err := compileRules(rules)
 	if err != nil {
 		return nil, err
 	}
-	if o.maxDelay >= 0 {
+	if o.maxDelaySet {
 		for i := range compiled {
 			compiled[i].withMaxDelay(o.maxDelay)
 		}
@@ -76,18 +76,30 @@ func compilePolicy(rules []Rule, o options) ([]compiledRule, error) {
 
 func compileRules(rules []Rule) ([]compiledRule, error) {
 	if len(rules) == 0 {
-		return nil, fmt.Errorf("%w: no rules", ErrInvalidLimit)
+		return nil, fmt.Errorf("%w: no rules", ErrInvalidConfig)
 	}
-	seen := make(map[string]bool, len(rules))
+	index := make(map[string]int, len(rules))
 	out := make([]compiledRule, 0, len(rules))
 	for i, r := range rules {
+		// The algorithm first: New names its rule after it, so an empty
+		// algorithm is what to report, not the empty name it makes.
+		name := ""
+		if r.Name != "" {
+			name = fmt.Sprintf(" (%q)", r.Name)
+		}
+		if r.Algorithm == "" {
+			return nil, fmt.Errorf("%w: rule %d%s has no algorithm", ErrInvalidConfig, i, name)
+		}
+		if !r.Algorithm.valid() {
+			return nil, fmt.Errorf("%w: rule %d%s: unknown algorithm %q", ErrInvalidConfig, i, name, r.Algorithm)
+		}
 		if r.Name == "" {
-			return nil, fmt.Errorf("%w: rule %d has an empty name", ErrInvalidLimit, i)
+			return nil, fmt.Errorf("%w: rule %d has an empty name", ErrInvalidConfig, i)
 		}
-		if seen[r.Name] {
-			return nil, fmt.Errorf("%w: duplicate rule name %q", ErrInvalidLimit, r.Name)
+		if j, dup := index[r.Name]; dup {
+			return nil, fmt.Errorf("%w: rules %d and %d are both named %q", ErrInvalidConfig, j, i, r.Name)
 		}
-		seen[r.Name] = true
+		index[r.Name] = i
 		c, err := compileRule(r)
 		if err != nil {
 			return nil, fmt.Errorf("%w: rule %q: %s", ErrInvalidLimit, r.Name, err)
