@@ -26,17 +26,19 @@ type Local struct {
 	ops   int
 	limit int // keys held at most; 0: no bound
 
-	// tidyAt is when tidy next drops the expired keys (Unix microseconds),
-	// 0 while no key is held. Written with mu held, read without it.
+	// tidyAt is when tidy next drops the expired keys (Unix microseconds);
+	// 0 once tidy found none held, until a key is stored. Set with mu held
+	// (tidy's CompareAndSwap elects the caller that tidies), read without.
 	tidyAt atomic.Int64
 }
 
-// DefaultLocalKeys bounds the keys a Limiter's twin (FailLocal) holds: with
-// a rule or two, a key takes about 200 bytes, so about 13 MB when full. When
-// a new key finds it full, the twin forgets the keys whose state is back to
-// untouched and, if that is not enough, an eighth of its keys, those
-// closest to untouched (the soonest to expire), which are thus admitted
-// afresh: the keys that took the most budget are the last forgotten.
+// DefaultLocalKeys bounds the keys a Limiter's twin (FailLocal) holds: a key
+// takes about 180 bytes with one rule and 80 more per further rule (its own
+// bytes apart), so about 12 MB when full with one rule. When a new key finds
+// it full, the twin forgets the keys whose state is back to untouched and,
+// if that frees less than an eighth of it, the keys closest to untouched
+// (the soonest to expire) until an eighth is free. A forgotten key is
+// admitted afresh, as after its TTL.
 const DefaultLocalKeys = 65536
 
 // tidyEvery is how often the twin of a Limiter whose Redis is healthy
