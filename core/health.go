@@ -29,7 +29,14 @@ const (
 	// this process's clock. Each instance then enforces the limit on its
 	// own: N instances admit up to N times the limit between them. When
 	// Redis is back, decisions go to Redis again; what the instances
-	// admitted locally is not carried over.
+	// admitted locally is not carried over to Redis.
+	//
+	// The twin keeps what it admitted until each key is back at its
+	// untouched state, as a Redis key's TTL would run out; Redis coming
+	// back does not clear it. So a Redis that fails again, or that answers
+	// the probe and still refuses decisions, never hands out a key's budget
+	// afresh. It holds at most DefaultLocalKeys keys: when full, it forgets
+	// first the keys closest to untouched.
 	FailLocal
 )
 
@@ -71,13 +78,13 @@ var ErrUnavailable = errors.New("sluice: redis unavailable")
 
 // health is a small circuit breaker: threshold consecutive failures open it;
 // while open a single goroutine probes Redis with growing pauses and closes
-// it once Redis answers.
+// it once the probe succeeds. The probe asks what decisions need (see
+// Limiter.probe): a Redis that answers PING but refuses writes stays open.
 type health struct {
 	threshold  int
 	maxBackoff time.Duration
 	probe      func(context.Context) error
 	hook       func(Health, error)
-	onHealthy  func()     // called once Redis is back, before hook
 	hookMu     sync.Mutex // the hook sees the changes one at a time, in order
 
 	failures atomic.Int32
@@ -141,10 +148,10 @@ const minBackoff = 50 * time.Millisecond
 // firstBackoff is the first pause of a new round of probes at now. A
 // breaker reopened soon after the probes closed it (within a second, or
 // four of their last pauses) starts where they were, doubled: Redis answers
-// the probe's PING but not the decisions (NOREPLICAS, READONLY, or too
-// slowly for the timeout), and starting at 50ms again would open and close
-// the breaker twenty times a second, each time costing the decisions that
-// reopen it.
+// the probe but not the decisions (too slowly for the timeout, or a Cluster
+// node other than the probe's refuses them), and starting at 50ms again
+// would open and close the breaker twenty times a second, each time costing
+// the decisions that reopen it.
 func (h *health) firstBackoff(now time.Time) time.Duration {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -154,7 +161,7 @@ func (h *health) firstBackoff(now time.Time) time.Duration {
 	return min(2*h.lastBackoff, max(h.maxBackoff, minBackoff))
 }
 
-// recover probes until Redis answers, then closes the breaker.
+// recover probes until Redis takes decisions again, then closes the breaker.
 func (h *health) recover() {
 	backoff := h.firstBackoff(time.Now())
 	for {
@@ -174,9 +181,6 @@ func (h *health) recover() {
 			h.mu.Lock()
 			h.lastBackoff, h.closedAt = backoff, time.Now()
 			h.mu.Unlock()
-			if h.onHealthy != nil {
-				h.onHealthy()
-			}
 			// Closed with the hook's lock held: a caller reopening the
 			// breaker meanwhile reports Unhealthy after this Healthy, not
 			// before it.
@@ -221,7 +225,9 @@ func availability(err error) bool {
 		return true
 	}
 	msg := err.Error()
-	for _, p := range []string{"LOADING", "READONLY", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "BUSY", "NOREPLICAS"} {
+	// OOM: a Redis out of memory under noeviction refuses the writes of
+	// every admission, not of one request.
+	for _, p := range []string{"LOADING", "READONLY", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "BUSY", "NOREPLICAS", "OOM"} {
 		if strings.HasPrefix(msg, p) {
 			return true
 		}

@@ -58,6 +58,7 @@ type Limiter struct {
 	denied *denyCache // nil unless WithDenyCache
 
 	suffixes []string // per rule: "}:<fingerprint>:<index>", the end of its Redis key
+	probeKey string   // written by the health probe: see probe
 }
 
 // New returns a Limiter of one rule, named after the algorithm.
@@ -109,18 +110,20 @@ func NewPolicy(client redis.UniversalClient, rules []Rule, opts ...Option) (*Lim
 		threshold:  o.failures,
 		maxBackoff: o.maxBackoff,
 		hook:       o.onHealth,
-		probe:      l.ping,
+		probe:      l.probe,
 		stop:       make(chan struct{}),
 	}
 	for i := range compiled {
 		l.suffixes = append(l.suffixes, "}:"+l.fp+":"+strconv.Itoa(i))
 	}
+	// "#probe" is no stored key: those that begin with '#' are a hash.
+	l.probeKey = o.prefix + ":{#probe}:" + l.fp
 	if o.denyCache > 0 {
 		l.denied = newDenyCache(o.denyCache)
 	}
 	if o.failure == FailLocal {
-		l.local = &Local{rules: compiled, keys: make(map[string][]localState)}
-		l.health.onHealthy = l.local.clear // its keys are of no use any more
+		// Redis coming back does not clear it: see FailLocal.
+		l.local = &Local{rules: compiled, keys: make(map[string][]localState), limit: DefaultLocalKeys}
 	}
 	return l, nil
 }
@@ -280,14 +283,23 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	return c.err
 }
 
-// ping is the health probe: a PING through the batcher.
-func (l *Limiter) ping(ctx context.Context) error {
+// probe is the health probe: a PING through the batcher, then a write of
+// what decisions write, a SET with a TTL (of one second), under the
+// limiter's prefix. A PING alone is answered by a Redis that refuses every
+// admission: a replica (READONLY), a master short of replicas under
+// min-replicas-to-write (NOREPLICAS), one out of memory under noeviction
+// (OOM). On a Cluster the write reaches one node only, that of the probe
+// key's slot.
+func (l *Limiter) probe(ctx context.Context) error {
 	c := getCall(callPing) // not put back: see Reset
 	_, err := l.batch.do(ctx, 0, c)
+	if err == nil {
+		err = c.err
+	}
 	if err != nil {
 		return err
 	}
-	return c.err
+	return l.batch.client.Set(ctx, l.probeKey, "1", time.Second).Err()
 }
 
 // decide asks Redis, or the failure mode when Redis cannot be asked.
@@ -298,6 +310,9 @@ func (l *Limiter) decide(ctx context.Context, key string, consume bool, n int) (
 	res, err := l.run(ctx, key, consume, n)
 	if err == nil {
 		l.health.success()
+		if l.local != nil {
+			l.local.tidy()
+		}
 		return res, nil
 	}
 	// Only the limiter's own timeout, or an error, says something about

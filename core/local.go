@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -15,13 +16,34 @@ import (
 //
 // A Local limits one process only. It is safe for concurrent use. Keys are
 // forgotten once their state is back to untouched, like Redis keys whose TTL
-// has run out, so memory follows the number of recently active keys.
+// has run out, so memory follows the number of recently active keys. A
+// Local made by NewLocal holds every such key; a Limiter's twin holds at
+// most DefaultLocalKeys of them.
 type Local struct {
 	mu    sync.Mutex
 	rules []compiledRule
 	keys  map[string][]localState
 	ops   int
+	limit int // keys held at most; 0: no bound
+
+	// tidyAt is when tidy next drops the expired keys (Unix microseconds);
+	// 0 once tidy found none held, until a key is stored. Set with mu held
+	// (tidy's CompareAndSwap elects the caller that tidies), read without.
+	tidyAt atomic.Int64
 }
+
+// DefaultLocalKeys bounds the keys a Limiter's twin (FailLocal) holds: a key
+// takes about 180 bytes with one rule and 80 more per further rule (its own
+// bytes apart), so about 12 MB when full with one rule. When a new key finds
+// it full, the twin forgets the keys whose state is back to untouched and,
+// if that frees less than an eighth of it, the keys closest to untouched
+// (the soonest to expire) until an eighth is free. A forgotten key is
+// admitted afresh, as after its TTL.
+const DefaultLocalKeys = 65536
+
+// tidyEvery is how often the twin of a Limiter whose Redis is healthy
+// again drops the keys that have expired (see tidy).
+const tidyEvery = 10 * time.Second
 
 // localState mirrors one rule's Redis key.
 type localState struct {
@@ -78,14 +100,27 @@ func (l *Local) Reset(key string) {
 	l.mu.Unlock()
 }
 
-// clear forgets every key, and the memory they took (a Go map never
-// shrinks): for a limiter's twin once Redis is back, when nothing decides
-// with it any more.
-func (l *Local) clear() {
+// tidy is called by a limiter after each decision Redis took. The twin
+// decides nothing then, so nothing else sweeps it: at most once every
+// tidyEvery while it holds keys, it drops those that have expired and, once
+// none is left, the memory they took (a Go map never shrinks). While it
+// holds no key, tidy costs one atomic load.
+func (l *Local) tidy() {
+	at := l.tidyAt.Load()
+	if at == 0 {
+		return
+	}
+	now := time.Now().UnixMicro()
+	if now < at || !l.tidyAt.CompareAndSwap(at, now+tidyEvery.Microseconds()) {
+		return // not yet, or another caller does it
+	}
 	l.mu.Lock()
-	l.keys = make(map[string][]localState)
-	l.ops = 0
-	l.mu.Unlock()
+	defer l.mu.Unlock()
+	l.dropExpired(now)
+	if len(l.keys) == 0 {
+		l.keys = make(map[string][]localState)
+		l.tidyAt.Store(0)
+	}
 }
 
 // decide returns the reply policy.lua would return.
@@ -127,6 +162,9 @@ func (l *Local) decide(now time.Time, key string, consume bool, n int) []int64 {
 		return out
 	}
 	if consume {
+		if _, held := l.keys[key]; !held && l.limit > 0 && len(l.keys) >= l.limit {
+			l.makeRoom(nowMicros)
+		}
 		for i := range l.rules {
 			r := &l.rules[i]
 			k := 1 + 5*i
@@ -141,6 +179,9 @@ func (l *Local) decide(now time.Time, key string, consume bool, n int) []int64 {
 			out[k+3] = ds[i].resetAfter * r.tick
 		}
 		l.keys[key] = states
+		if l.tidyAt.Load() == 0 {
+			l.tidyAt.Store(nowMicros + tidyEvery.Microseconds())
+		}
 	}
 	return out
 }
@@ -155,13 +196,63 @@ func (l *Local) sweep(nowMicros int64) {
 		return
 	}
 	l.ops = 0
+	l.dropExpired(nowMicros)
+}
+
+// dropExpired forgets the keys whose every rule is back to untouched, with
+// l.mu held.
+func (l *Local) dropExpired(nowMicros int64) {
 	for k, states := range l.keys {
-		live := false
-		for _, s := range states {
-			live = live || (s.present && nowMicros < s.expires)
-		}
-		if !live {
+		if expiry(states) <= nowMicros {
 			delete(l.keys, k)
+		}
+	}
+}
+
+// expiry is when a key's state is back to untouched under every rule.
+func expiry(states []localState) int64 {
+	var at int64
+	for _, s := range states {
+		if s.present {
+			at = max(at, s.expires)
+		}
+	}
+	return at
+}
+
+// makeRoom makes room for a new key in a full twin, with l.mu held: it
+// drops the expired keys and, if fewer than an eighth of the limit went,
+// the keys closest to untouched until an eighth of the limit is free. It
+// takes time in proportion to the keys held, at most once per eighth of the
+// limit of new keys.
+func (l *Local) makeRoom(nowMicros int64) {
+	l.dropExpired(nowMicros)
+	keep := l.limit - max(l.limit/8, 1)
+	drop := len(l.keys) - keep
+	if drop <= 0 {
+		return
+	}
+	at := make([]int64, 0, len(l.keys))
+	for _, states := range l.keys {
+		at = append(at, expiry(states))
+	}
+	slices.Sort(at)
+	// Every key expiring before the drop-th expiry goes (fewer than drop
+	// of them), then keys expiring at that instant until drop have gone.
+	last := at[drop-1]
+	for k, states := range l.keys {
+		if expiry(states) < last {
+			delete(l.keys, k)
+			drop--
+		}
+	}
+	for k, states := range l.keys {
+		if drop == 0 {
+			break
+		}
+		if expiry(states) == last {
+			delete(l.keys, k)
+			drop--
 		}
 	}
 }
@@ -345,4 +436,11 @@ func meter(s *localState, now, rate, event, capacity, maxDelay, n int64) decisio
 	d.resetAfter = ceilDiv(after, rate)
 	d.next = localState{t: now + after/rate, v: after % rate}
 	return d
+}
+
+// size returns the number of keys held.
+func (l *Local) size() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.keys)
 }

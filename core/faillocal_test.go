@@ -1,0 +1,152 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// A Redis that answers PING but refuses the writes of decisions must not
+// make FailLocal hand out a fresh budget each time the breaker closes and
+// opens again: one key admits about Burst plus what refills meanwhile.
+func TestFailLocalBudgetSurvivesRefusedWrites(t *testing.T) {
+	refusals := []struct {
+		name  string
+		setup func(ctx context.Context, c *redis.Client) error
+	}{
+		{"NOREPLICAS", func(ctx context.Context, c *redis.Client) error {
+			return c.ConfigSet(ctx, "min-replicas-to-write", "1").Err()
+		}},
+		{"READONLY", func(ctx context.Context, c *redis.Client) error {
+			// A replica of a server that is not there: PONG, and READONLY
+			// to every write.
+			return c.ReplicaOf(ctx, "127.0.0.1", redistest.RefusedAddr(t)[len("127.0.0.1:"):]).Err()
+		}},
+		{"OOM", func(ctx context.Context, c *redis.Client) error {
+			if err := c.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+				return err
+			}
+			return c.ConfigSet(ctx, "maxmemory", "1").Err()
+		}},
+	}
+	for _, rf := range refusals {
+		t.Run(rf.name, func(t *testing.T) { refusedWrites(t, rf.setup, false) })
+	}
+	// A probe that cannot see the refusal (on a Cluster, it writes to one
+	// node only) closes the breaker again and again: the twin must still
+	// not restore the budget.
+	t.Run("blind probe", func(t *testing.T) { refusedWrites(t, refusals[0].setup, true) })
+}
+
+// refusedWrites drives one key for two seconds with FailLocal on a Redis
+// made by setup to answer PING and refuse writes, and checks what was
+// admitted; blind replaces the probe by a PING.
+func refusedWrites(t *testing.T, setup func(context.Context, *redis.Client) error, blind bool) {
+	srv := redistest.StartT(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
+	defer c.Close()
+	ctx := context.Background()
+	if err := setup(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING must still answer: %v", err)
+	}
+	var changes atomic.Int32
+	lim := newOn(t, c, GCRA, PerMinute(10), WithFailureMode(FailLocal), WithHealthCheck(3, 50*time.Millisecond),
+		WithHealthHook(func(Health, error) { changes.Add(1) }))
+	defer lim.Close()
+	if blind {
+		lim.health.probe = func(ctx context.Context) error { return c.Ping(ctx).Err() }
+	}
+	limit := lim.Rules()[0].Limit
+	start := time.Now()
+	admitted, calls := 0, 0
+	for time.Since(start) < 2*time.Second {
+		r, err := lim.Allow(ctx, "client")
+		if err == nil {
+			t.Fatalf("call %d answered by Redis: %+v", calls, r)
+		}
+		if r.Allowed {
+			admitted++
+		}
+		calls++
+		time.Sleep(2 * time.Millisecond)
+	}
+	elapsed := time.Since(start)
+	t.Logf("%d of %d calls admitted in %s, %d health changes", admitted, calls, elapsed.Round(time.Millisecond), changes.Load())
+	bound := limit.Burst + int(int64(limit.Rate)*int64(elapsed)/int64(limit.Period)) + 1
+	if admitted > bound {
+		t.Errorf("%d of %d calls admitted in %s; want at most %d", admitted, calls, elapsed.Round(time.Millisecond), bound)
+	}
+	// The probe asks what decisions need: a Redis that refuses
+	// them is not taken back.
+	if n := changes.Load(); !blind && (n != 1 || lim.Health() != Unhealthy) {
+		t.Errorf("%d health changes, now %v; want one, to unhealthy", n, lim.Health())
+	}
+	if admitted < limit.Rate {
+		t.Errorf("%d of %d calls admitted; the twin should admit the burst of %d", admitted, calls, limit.Rate)
+	}
+	if blind && changes.Load() < 3 {
+		t.Errorf("%d health changes; the blind probe should have closed the breaker", changes.Load())
+	}
+}
+
+// The twin's memory is bounded: an outage seen by many distinct keys keeps
+// at most its cap of keys.
+func TestFailLocalTwinIsBounded(t *testing.T) {
+	lim := newOn(t, redistest.RefusedClient(t), GCRA, PerHour(10), WithFailureMode(FailLocal))
+	defer lim.Close()
+	ctx := context.Background()
+	const keys = 100_000
+	for i := 0; i < keys; i++ {
+		if r, err := lim.Allow(ctx, fmt.Sprint("k", i)); err == nil || !r.Allowed {
+			t.Fatalf("key %d: %+v %v; want the twin's admission with the error", i, r, err)
+		}
+		if n := lim.local.size(); n > DefaultLocalKeys {
+			t.Fatalf("after %d keys the twin holds %d; want at most %d", i+1, n, DefaultLocalKeys)
+		}
+	}
+	// The most recent keys are still limited.
+	for i := keys - 10; i < keys; i++ {
+		if r, _ := lim.Peek(ctx, fmt.Sprint("k", i)); r.Remaining != 9 {
+			t.Errorf("key %d forgotten: %+v", i, r)
+		}
+	}
+}
+
+// Once Redis decides again, the twin lets go of the keys that have expired,
+// and of its map once none is left, but keeps the live ones.
+func TestFailLocalTwinTidiedWhenHealthy(t *testing.T) {
+	lim := newOn(t, redistest.Client(t), GCRA, PerMinute(10), WithFailureMode(FailLocal))
+	defer lim.Close()
+	ctx := context.Background()
+	now := time.Now()
+	for i := 0; i < 100; i++ {
+		lim.local.AllowN(now.Add(-time.Hour), fmt.Sprint("old-", i), 1)
+	}
+	lim.local.AllowN(now, "live", 1)
+	lim.local.tidyAt.Store(1) // due
+	if _, err := lim.Allow(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if n := lim.local.size(); n != 1 {
+		t.Fatalf("%d keys after a tidy; want the live one", n)
+	}
+	if r := lim.local.Peek(now, "live"); r.Remaining != 9 {
+		t.Errorf("live key forgotten: %+v", r)
+	}
+	lim.local.Reset("live")
+	lim.local.tidyAt.Store(1)
+	if _, err := lim.Allow(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if at := lim.local.tidyAt.Load(); at != 0 || lim.local.size() != 0 {
+		t.Errorf("empty twin: next tidy at %d, %d keys; want none", at, lim.local.size())
+	}
+}
