@@ -28,8 +28,17 @@ func hotPath() []struct {
 		{"TrustedHeader", TrustedHeader("X-Real-IP", testTrusted...), newRequest("10.0.0.1:80", hdr{"X-Real-IP", "203.0.113.7"})},
 		{"Forwarded", Forwarded(testTrusted...), newRequest("10.0.0.1:80", fwd(`for=198.51.100.1, for="203.0.113.7:4711";proto=https, for=10.0.0.2`))},
 		{"Header", Header("X-API-Key"), newRequest("203.0.113.7:4711", hdr{"X-API-Key", "k-123"})},
+		{"Route", Route(), routed("GET", "GET /reports/{id}")},
+		{"Route, pattern without method", Route(), routed("GET", "/users/:id")},
 		{"FirstOf falling back", FirstOf(Header("X-API-Key"), User(), RemoteIP()), newRequest("203.0.113.7:4711")},
 	}
+}
+
+// routed is a request of method that a router matched to pattern.
+func routed(method, pattern string) *http.Request {
+	r := newRequest("203.0.113.7:4711")
+	r.Method, r.Pattern = method, pattern
+	return r
 }
 
 func TestHotPathAllocations(t *testing.T) {
