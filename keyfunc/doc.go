@@ -82,6 +82,7 @@
 //	user:<id>                       User
 //	ctx:<value>                     ContextValue
 //	route:GET /reports/{id}         Route, RouteFrom
+//	route:(no route)                Route, for a request that matched no route
 //	join:<key>|<key>                Join ('\' and '|' in a part escaped with '\')
 //
 // A header value is always hashed (it is often a secret). A user id,
