@@ -5,7 +5,9 @@
 //
 // The middleware is a func(http.Handler) http.Handler with the options and
 // behaviour of package nethttp (see its documentation); this package adds
-// the chi route pattern as a key.
+// the chi route pattern as a key (RouteKey). The middleware also sets the
+// request's Pattern to the full route pattern while it decides, so
+// keyfunc.Route gives the same key wherever the middleware is mounted.
 //
 // A limit on one route or group is mounted with chi's own tools:
 //
@@ -67,10 +69,15 @@ func New(l *core.Limiter, opts ...Option) func(http.Handler) http.Handler {
 	return middleware(flow.New(l, opts))
 }
 
+// middleware sets the request's Pattern to the full chi route pattern while
+// it decides, so that keyfunc.Route keys by the route (see setPattern).
 func middleware(f *flow.Flow) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if f.Admit(w, r, nil) {
+			previous := setPattern(r)
+			ok := f.Admit(w, r, nil)
+			r.Pattern = previous
+			if ok {
 				next.ServeHTTP(w, r)
 			}
 		})

@@ -68,16 +68,32 @@ func TestMiddleware(t *testing.T) {
 	})
 }
 
-// TestRouteKeyMounting checks that RouteKey sees the full route pattern
-// wherever the middleware is mounted: r.Use on the root, r.Use in a
-// sub-router (r.Route, Mount) and in a group, r.With, and around a handler.
+// TestRouteKeyMounting checks that RouteKey, and keyfunc.Route under the
+// chilimit middleware, see the full route pattern wherever the middleware
+// is mounted: r.Use on the root, r.Use in a sub-router (r.Route, Mount) and
+// in a group, r.With, and around a handler.
 func TestRouteKeyMounting(t *testing.T) {
+	for _, kf := range []struct {
+		name string
+		f    keyfunc.Func
+	}{
+		{"chilimit.RouteKey", chilimit.RouteKey()},
+		{"keyfunc.Route", keyfunc.Route()},
+	} {
+		t.Run(kf.name, func(t *testing.T) { testRouteKeyMounting(t, kf.f) })
+	}
+}
+
+func testRouteKeyMounting(t *testing.T, routeKey keyfunc.Func) {
 	rdb := redistest.Client(t)
 	prefix := flowtest.Prefix(t)
 	var mu sync.Mutex
 	var keys []string
 	record := func(r *http.Request) (string, error) {
-		k, err := chilimit.RouteKey()(r)
+		k, err := routeKey(r)
+		if err != nil {
+			k = err.Error()
+		}
 		mu.Lock()
 		keys = append(keys, k)
 		mu.Unlock()

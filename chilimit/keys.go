@@ -2,6 +2,7 @@ package chilimit
 
 import (
 	"net/http"
+	"sync"
 
 	"github.com/go-chi/chi/v5"
 
@@ -30,9 +31,25 @@ func RouteKey(with ...keyfunc.Func) keyfunc.Func {
 
 // pattern returns "<METHOD> <full chi route pattern>" of r, or "" outside chi.
 func pattern(r *http.Request) string {
+	method, p, ok := find(r)
+	if !ok {
+		return ""
+	}
+	return flow.Route(method, p)
+}
+
+// findContexts holds the routing contexts of find, so that looking a
+// request up does not allocate one every time.
+var findContexts = sync.Pool{New: func() any { return chi.NewRouteContext() }}
+
+// find looks r up in the root chi router: the method it is routed by and
+// the full route pattern it matches, "" when it matches none. ok is false
+// outside a chi router. It allocates only to join the patterns of mounted
+// sub-routers.
+func find(r *http.Request) (method, pattern string, ok bool) {
 	rctx := chi.RouteContext(r.Context())
 	if rctx == nil || rctx.Routes == nil {
-		return ""
+		return "", "", false
 	}
 	method, path := r.Method, r.URL.RawPath
 	if path == "" {
@@ -51,5 +68,27 @@ func pattern(r *http.Request) string {
 	if path == "" {
 		path = "/"
 	}
-	return flow.Route(method, rctx.Routes.Find(chi.NewRouteContext(), method, path))
+	fctx := findContexts.Get().(*chi.Context)
+	fctx.Reset()
+	pattern = rctx.Routes.Find(fctx, method, path)
+	fctx.Reset() // drop the references to this request's path values
+	findContexts.Put(fctx)
+	return method, pattern, true
+}
+
+// setPattern sets r.Pattern to r's full chi route pattern, or
+// keyfunc.NoRoute when it matches none, for keyfunc.Route (see
+// flow.SetPattern), and returns the previous r.Pattern. Outside a chi router
+// it leaves r.Pattern as it is. Chi's own r.Pattern is incomplete where the
+// middleware usually runs: empty before routing (r.Use on the root router)
+// and the mount point ("/api/*") in a sub-router.
+func setPattern(r *http.Request) (previous string) {
+	method, p, ok := find(r)
+	if !ok {
+		return r.Pattern
+	}
+	if method != r.Method && p != "" {
+		p = method + " " + p // routed by a method an earlier middleware set
+	}
+	return flow.SetPattern(r, p)
 }

@@ -6,7 +6,9 @@
 // The middleware is an echo.MiddlewareFunc with the options and behaviour
 // of package nethttp (see its documentation); this package adds key
 // functions that read the Echo context: WithEchoKey, RouteKey (c.Path())
-// and UserKey (a value that authentication middleware set with c.Set).
+// and UserKey (a value that authentication middleware set with c.Set). The
+// middleware sets the request's Pattern to c.Path() while it decides, so
+// keyfunc.Route keys by the Echo route too, as RouteKey does.
 //
 // The default key is the peer address of the connection, never
 // c.RealIP(), which trusts X-Forwarded-For and X-Real-IP unless the
@@ -70,10 +72,16 @@ func New(l *core.Limiter, opts ...Option) echo.MiddlewareFunc {
 	return middleware(flow.New(l, opts))
 }
 
+// middleware sets the request's Pattern to the Echo route while it
+// decides, so that keyfunc.Route keys by the route (see flow.SetPattern).
 func middleware(f *flow.Flow) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			if !f.Admit(c.Response(), c.Request(), c) {
+			r := c.Request()
+			previous := flow.SetPattern(r, c.Path())
+			ok := f.Admit(c.Response(), r, c)
+			r.Pattern = previous
+			if !ok {
 				return nil
 			}
 			return next(c)

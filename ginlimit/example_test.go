@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/ginlimit"
+	"github.com/sluicehq/sluice/keyfunc"
 )
 
 // Limit an engine to 2 requests per minute per client IP.
@@ -53,6 +54,27 @@ func ExampleUserKey() {
 	// alice 200
 	// alice 429
 	// bob 200
+}
+
+// One budget per client per route: keyfunc.Route sees the Gin route, so
+// /users/1 and /users/2 share a budget and /items/1 has its own.
+func Example_routeKey() {
+	rdb := embeddedRedis()
+
+	r := gin.New()
+	r.Use(ginlimit.GCRA(rdb, core.PerMinute(1), ginlimit.WithKey(keyfunc.Join(keyfunc.RemoteIP(), keyfunc.Route()))))
+	r.GET("/users/:id", func(c *gin.Context) {})
+	r.GET("/items/:id", func(c *gin.Context) {})
+
+	for _, path := range []string{"/users/1", "/users/2", "/items/1"} {
+		rec := httptest.NewRecorder()
+		r.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+		fmt.Println(path, rec.Code)
+	}
+	// Output:
+	// /users/1 200
+	// /users/2 429
+	// /items/1 200
 }
 
 // embeddedRedis returns a client of a fresh in-process miniredis, so that

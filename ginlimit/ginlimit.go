@@ -6,7 +6,9 @@
 // The middleware is a gin.HandlerFunc with the options and behaviour of
 // package nethttp (see its documentation); this package adds key functions
 // that read the Gin context: WithGinKey, RouteKey (c.FullPath()) and
-// UserKey (a value that authentication middleware set with c.Set).
+// UserKey (a value that authentication middleware set with c.Set). The
+// middleware sets the request's Pattern to c.FullPath() while it decides,
+// so keyfunc.Route keys by the Gin route too, as RouteKey does.
 //
 // The default key is the peer address of the connection, never
 // c.ClientIP(), which trusts forwarding headers unless the engine's
@@ -68,9 +70,15 @@ func New(l *core.Limiter, opts ...Option) gin.HandlerFunc {
 	return middleware(flow.New(l, opts))
 }
 
+// middleware sets the request's Pattern to the Gin route while it decides,
+// so that keyfunc.Route keys by the route (see flow.SetPattern).
 func middleware(f *flow.Flow) gin.HandlerFunc {
 	return func(c *gin.Context) {
-		if !f.Admit(c.Writer, c.Request, c) {
+		r := c.Request
+		previous := flow.SetPattern(r, c.FullPath())
+		ok := f.Admit(c.Writer, r, c)
+		r.Pattern = previous
+		if !ok {
 			c.Abort()
 			return
 		}

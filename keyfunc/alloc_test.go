@@ -2,6 +2,7 @@ package keyfunc
 
 import (
 	"net/http"
+	"net/netip"
 	"testing"
 )
 
@@ -19,14 +20,25 @@ func hotPath() []struct {
 	}{
 		{"RemoteIP IPv4", RemoteIP(), newRequest("203.0.113.7:4711")},
 		{"RemoteIP IPv6", RemoteIP(), newRequest("[2001:db8:1:2::1]:4711")},
+		{"RemoteIP NAT64", RemoteIP(), newRequest("[64:ff9b::c633:6407]:4711")},
+		{"RemoteIP NAT64 configured", NAT64(netip.MustParsePrefix("64:ff9b:1::/48")).RemoteIP(), newRequest("[64:ff9b:1:c633:64:700::]:4711")},
 		{"ForwardedFor", ForwardedFor(testTrusted...), newRequest("10.0.0.1:80", xff("198.51.100.1, 203.0.113.7, 10.0.0.2"))},
 		{"ForwardedFor untrusted peer", ForwardedFor(testTrusted...), newRequest("203.0.113.7:4711", xff("198.51.100.1"))},
 		{"ForwardedForHops", ForwardedForHops(2), newRequest("10.0.0.1:80", xff("198.51.100.1, 203.0.113.7, 10.0.0.2"))},
 		{"TrustedHeader", TrustedHeader("X-Real-IP", testTrusted...), newRequest("10.0.0.1:80", hdr{"X-Real-IP", "203.0.113.7"})},
 		{"Forwarded", Forwarded(testTrusted...), newRequest("10.0.0.1:80", fwd(`for=198.51.100.1, for="203.0.113.7:4711";proto=https, for=10.0.0.2`))},
 		{"Header", Header("X-API-Key"), newRequest("203.0.113.7:4711", hdr{"X-API-Key", "k-123"})},
+		{"Route", Route(), routed("GET", "GET /reports/{id}")},
+		{"Route, pattern without method", Route(), routed("GET", "/users/:id")},
 		{"FirstOf falling back", FirstOf(Header("X-API-Key"), User(), RemoteIP()), newRequest("203.0.113.7:4711")},
 	}
+}
+
+// routed is a request of method that a router matched to pattern.
+func routed(method, pattern string) *http.Request {
+	r := newRequest("203.0.113.7:4711")
+	r.Method, r.Pattern = method, pattern
+	return r
 }
 
 func TestHotPathAllocations(t *testing.T) {

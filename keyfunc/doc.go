@@ -61,6 +61,15 @@
 // attacker would own 2^64 identities. IPv6Prefix(56).ForwardedFor(...) and
 // the other IPv6Grouping methods choose another prefix length.
 //
+// An IPv4 client reaching an IPv6-only service through NAT64 appears at an
+// IPv6 address that embeds its IPv4 address (RFC 6052); grouped by /64, all
+// of them would share one key. Every strategy therefore keys an address in
+// the well-known prefix 64:ff9b::/96 by the IPv4 address it embeds, which
+// is the key the same client gets connecting directly ("ip:198.51.100.7").
+// A translator configured with a network-specific prefix (of length 32, 40,
+// 48, 56, 64 or 96, such as one from the local-use block 64:ff9b:1::/48) is
+// declared with NAT64(prefix) or IPv6Prefix(n).NAT64(prefix).
+//
 // # Keys
 //
 // Every key starts with a short kind prefix, so keys of different strategies
@@ -68,10 +77,12 @@
 //
 //	ip:203.0.113.7                  RemoteIP, ForwardedFor, ForwardedForHops, TrustedHeader, Forwarded
 //	ip:2001:db8:1:2::/64            the same, IPv6 (grouped)
+//	ip:198.51.100.7                 the same, from 64:ff9b::c633:6407 (NAT64)
 //	hdr#x-api-key:<32 hex digits>   Header (always hashed: API keys are secrets)
 //	user:<id>                       User
 //	ctx:<value>                     ContextValue
 //	route:GET /reports/{id}         Route, RouteFrom
+//	route:(no route)                Route, for a request that matched no route
 //	join:<key>|<key>                Join ('\' and '|' in a part escaped with '\')
 //
 // A header value is always hashed (it is often a secret). A user id,
@@ -108,8 +119,9 @@
 //
 // Constructors panic on programmer errors, with a message that starts with
 // the package name: an invalid or zero-length trusted prefix, an invalid
-// header name, ForwardedForHops(n) with n < 1, IPv6Prefix out of range, Join or
-// FirstOf without Funcs. Configuration read at run time goes through
+// header name, ForwardedForHops(n) with n < 1, IPv6Prefix out of range, a
+// NAT64 prefix of a length RFC 6052 does not define, Join or FirstOf without
+// Funcs. Configuration read at run time goes through
 // ParsePrefixes, which returns an error instead. Funcs are safe for
 // concurrent use.
 //

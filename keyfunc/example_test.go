@@ -230,3 +230,20 @@ func ExampleKeyError() {
 	// true
 	// X-Forwarded-For
 }
+
+// IPv4 clients of an IPv6-only service reach it through a NAT64 translator.
+// Each is keyed by the IPv4 address embedded in its IPv6 address, as if it
+// had connected directly; the well-known prefix 64:ff9b::/96 needs no
+// configuration, a network-specific prefix is declared with NAT64.
+func ExampleNAT64() {
+	f := keyfunc.NAT64(netip.MustParsePrefix("2001:db8:64::/96")).RemoteIP()
+	show(f, request("[64:ff9b::c633:6407]:4711"))     // well-known prefix
+	show(f, request("[2001:db8:64::cb00:7109]:4711")) // the translator's own prefix
+	show(f, request("203.0.113.9:4711"))              // the same client, directly
+	show(f, request("[2001:db8:1:2::1]:4711"))        // native IPv6
+	// Output:
+	// ip:198.51.100.7
+	// ip:203.0.113.9
+	// ip:203.0.113.9
+	// ip:2001:db8:1:2::/64
+}

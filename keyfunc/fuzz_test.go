@@ -94,6 +94,7 @@ func FuzzRemoteAddr(f *testing.F) {
 	for _, s := range []string{
 		"203.0.113.7:4711", "203.0.113.7", "[2001:db8::1]:80", "2001:db8::1", "[::ffff:10.0.0.1]:1",
 		"[fe80::1%eth0]:80", "@", "", "[203.0.113.7]:80", "203.0.113.7:65536", "1.2.3.4:000080",
+		"[64:ff9b::c633:6407]:4711",
 	} {
 		f.Add(s)
 	}
@@ -116,6 +117,13 @@ func FuzzRemoteAddr(f *testing.F) {
 			}
 			if b, ok := parseAddr(a.String(), false); !ok || b != a {
 				t.Fatalf("%v does not round-trip: %v, %v", a, b, ok)
+			}
+			// A NAT64 address is keyed as the IPv4 client it embeds.
+			if wellKnownNAT64.Contains(a) {
+				b := a.As16()
+				if want := "ip:" + netip.AddrFrom4([4]byte(b[12:])).String(); key != want {
+					t.Fatalf("NAT64 peer %v: key %q, want %q", a, key, want)
+				}
 			}
 		}
 		// Whatever netip parses, parseAddr parses too, to the same address.

@@ -112,41 +112,6 @@ func TestContextValue(t *testing.T) {
 	}
 }
 
-func TestRoute(t *testing.T) {
-	mux := http.NewServeMux()
-	var got string
-	var gotErr error
-	handler := func(w http.ResponseWriter, r *http.Request) { got, gotErr = Route()(r) }
-	mux.HandleFunc("GET /reports/{id}", handler)
-	mux.HandleFunc("/static/", handler)
-	for _, tc := range []struct{ path, want string }{
-		{"/reports/42", "route:GET /reports/{id}"},
-		{"/static/a.css", "route:/static/"},
-	} {
-		got, gotErr = "", nil
-		mux.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, tc.path, nil))
-		if gotErr != nil || got != tc.want {
-			t.Errorf("%s: got %q, %v; want %q", tc.path, got, gotErr, tc.want)
-		}
-	}
-	runKeyCases(t, Route(), []keyCase{
-		{name: "outside the mux", req: newRequest("203.0.113.7:1"), wantErr: ErrNoKey},
-	})
-}
-
-func TestRouteFrom(t *testing.T) {
-	f := RouteFrom(func(r *http.Request) string { return r.Header.Get("Test-Pattern") })
-	runKeyCases(t, f, []keyCase{
-		{name: "pattern", req: newRequest("203.0.113.7:1", hdr{"Test-Pattern", "/users/{id}"}), wantKey: "route:/users/{id}"},
-		{name: "empty", req: newRequest("203.0.113.7:1"), wantErr: ErrNoKey},
-		{
-			name:    "long pattern is hashed",
-			req:     newRequest("203.0.113.7:1", hdr{"Test-Pattern", strings.Repeat("/a", 40)}),
-			wantKey: "route#" + sha16(strings.Repeat("/a", 40)),
-		},
-	})
-}
-
 type nilStringer struct{ s string }
 
 func (p *nilStringer) String() string { return p.s }

@@ -28,8 +28,15 @@ const defaultIPv6Bits = 64
 // The package-level RemoteIP, ForwardedFor, ForwardedForHops, TrustedHeader
 // and Forwarded use /64; IPv6Prefix(56).ForwardedFor(...) groups by /56
 // instead. The zero IPv6Grouping also groups by /64.
+//
+// An address in the NAT64 well-known prefix 64:ff9b::/96 (RFC 6052) is an
+// IPv4 client translated by NAT64: every strategy keys it by the IPv4
+// address it embeds, the same key as that client connecting directly
+// ("ip:198.51.100.7"). NAT64 adds the prefix of a translator configured
+// with a network-specific one.
 type IPv6Grouping struct {
-	bits int // 0 means defaultIPv6Bits
+	bits  int       // 0 means defaultIPv6Bits
+	nat64 *nat64Set // NAT64 prefixes beyond the well-known one; nil: none
 }
 
 // IPv6Prefix returns the IP strategies grouping IPv6 addresses by their
@@ -51,12 +58,13 @@ func (g IPv6Grouping) prefixBits() int {
 }
 
 // addrKey returns the key of a normalised client address: "ip:" and the
-// IPv4 address, or "ip:" and the IPv6 network in CIDR notation
-// ("ip:2001:db8:1:2::/64"; with a /128 grouping, just the address). It
-// allocates the key string and nothing else.
+// IPv4 address (also the one a NAT64 address embeds), or "ip:" and the IPv6
+// network in CIDR notation ("ip:2001:db8:1:2::/64"; with a /128 grouping,
+// just the address). It allocates the key string and nothing else.
 func (g IPv6Grouping) addrKey(a netip.Addr) string {
 	var buf [64]byte // "ip:" + the longest IPv6 text (39 bytes) + "/128"
 	b := append(buf[:0], "ip:"...)
+	a = g.unNAT64(a)
 	if bits := g.prefixBits(); a.Is4() || bits == 128 {
 		b = a.AppendTo(b)
 	} else {

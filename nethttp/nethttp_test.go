@@ -71,6 +71,7 @@ func TestMiddleware(t *testing.T) {
 			return nethttp.WithKey(nethttp.RouteKey(patterns, with...))
 		},
 		// Global middlewares wrap the whole mux, as a router's Use would.
+		GlobalBeforeRouting: true,
 		Server: func(global, route []middleware) http.Handler {
 			return auth(chain(global, routes(http.NewServeMux(), route)))
 		},

@@ -17,25 +17,37 @@ func RoutePattern(r *http.Request, pattern string) string {
 // whatever their method and path (a key error there would report every
 // 404, and a key per method would let a client make up methods for fresh
 // budgets).
-const NoRoute = "(no route)"
+const NoRoute = keyfunc.NoRoute
 
 // Route returns "<METHOD> <pattern>" for a request of method matching
-// pattern, or NoRoute when pattern is empty. A method other than the nine
-// of RFC 9110 and PATCH becomes "OTHER": a route that accepts any method
-// (chi's HandleFunc, Gin's and Echo's Any, a ServeMux pattern without a
-// method) then has at most ten budgets per key, not one for every method a
-// client makes up.
+// pattern, or NoRoute when pattern is empty. The method is counted as
+// keyfunc.RouteMethod says: a method other than the nine of RFC 9110 and
+// PATCH becomes "OTHER", so a route that accepts any method (chi's
+// HandleFunc, Gin's and Echo's Any, a ServeMux pattern without a method)
+// has at most ten budgets per key, not one for every method a client makes
+// up.
 func Route(method, pattern string) string {
 	if pattern == "" {
 		return NoRoute
 	}
-	switch method {
-	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
-		http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace:
-	default:
-		method = "OTHER"
+	return keyfunc.RouteMethod(method) + " " + pattern
+}
+
+// SetPattern sets r.Pattern to the route that a router adapter matched
+// (pattern, or keyfunc.NoRoute when it matched none) for the time of one
+// decision, so that keyfunc.Route sees the route under routers that keep it
+// in their own context. It returns the previous r.Pattern, which the
+// adapter puts back once the decision is made, so the handlers see the
+// request as the router left it. Like http.ServeMux, which sets r.Pattern
+// on the request it serves, it writes a field of the request that the
+// serving goroutine owns: it neither allocates nor copies the request.
+func SetPattern(r *http.Request, pattern string) (previous string) {
+	previous = r.Pattern
+	if pattern == "" {
+		pattern = NoRoute
 	}
-	return method + " " + pattern
+	r.Pattern = pattern
+	return previous
 }
 
 // RouteKey returns a key function of the route that pattern extracts:

@@ -62,6 +62,10 @@ type Adapter[O ~func(*flow.Config), M any] struct {
 	UserKey O
 	// RouteKey keys by route pattern, joined with the keys of with.
 	RouteKey func(with ...keyfunc.Func) O
+	// GlobalBeforeRouting: the Server's global middlewares run before the
+	// router has matched a route (net/http middleware around a ServeMux),
+	// so keyfunc.Route cannot know it there.
+	GlobalBeforeRouting bool
 
 	// Server returns a handler built with the adapter's router, serving:
 	//
@@ -614,6 +618,7 @@ func cases[O ~func(*flow.Config), M any](t *testing.T, a Adapter[O, M], rdb *red
 			{path: "/items/1", status: 200},
 		},
 	})
+	cs = append(cs, routeCases(a, rdb, prefix)...)
 
 	// The default key is the peer address only: a spoofed X-Forwarded-For
 	// changes nothing; IPv6 peers are grouped by /64.

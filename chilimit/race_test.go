@@ -1,0 +1,5 @@
+//go:build race
+
+package chilimit
+
+const raceEnabled = true
