@@ -12,8 +12,9 @@
 // The algorithm constructors (FixedWindow, SlidingWindowLog,
 // SlidingWindowCounter, LeakyBucket, TokenBucket, GCRA) build a one-rule
 // limiter and panic at once on an invalid limit, naming the problem; New
-// takes any core.Limiter, such as a policy of several rules, and never
-// panics. Nothing panics while serving.
+// takes any core.Limiter, such as a policy of several rules, and panics
+// only when it has nothing to decide with (a nil limiter and no
+// WithLimiterFunc). Nothing panics while serving.
 //
 // # The request flow
 //
@@ -118,10 +119,11 @@ func GCRA(client redis.UniversalClient, limit core.Limit, opts ...Option) func(h
 	return middleware(flow.Must("nethttp.GCRA", client, core.GCRA, limit, opts))
 }
 
-// New limits with l, a limiter of one rule or a policy of several. It never
-// panics; l may be nil when WithLimiterFunc chooses the limiter.
+// New limits with l, a limiter of one rule or a policy of several; l may be
+// nil when WithLimiterFunc chooses the limiter. It panics only when it is
+// given nothing to decide with: a nil l and no WithLimiterFunc.
 func New(l *core.Limiter, opts ...Option) func(http.Handler) http.Handler {
-	return middleware(flow.New(l, opts))
+	return middleware(flow.MustNew("nethttp.New", l, opts))
 }
 
 func middleware(f *flow.Flow) func(http.Handler) http.Handler {

@@ -222,7 +222,8 @@ func (f *Flow) policy(l *core.Limiter, res core.Result) string {
 }
 
 // New returns the flow of limiter l (which may be nil when a limiter
-// function is set). It never panics.
+// function is set). It never panics: a nil l without a limiter function
+// reports ErrNoLimiter per request (the adapters use MustNew instead).
 func New[O ~func(*Config)](l *core.Limiter, opts []O) *Flow {
 	peer := keyfunc.RemoteIP()
 	f := &Flow{limiter: l, peer: peer, cfg: Config{
@@ -238,6 +239,18 @@ func New[O ~func(*Config)](l *core.Limiter, opts []O) *Flow {
 		if o != nil {
 			o(&f.cfg)
 		}
+	}
+	return f
+}
+
+// MustNew is New for the adapters' New: it panics, with a message that
+// starts with where (such as "ginlimit.New"), when it is given nothing to
+// decide with, a nil l and no limiter function. Such a middleware would
+// serve every request unlimited and report an error for each.
+func MustNew[O ~func(*Config)](where string, l *core.Limiter, opts []O) *Flow {
+	f := New[O](l, opts)
+	if l == nil && f.cfg.LimiterFor == nil {
+		panic(where + ": nil limiter and no WithLimiterFunc")
 	}
 	return f
 }

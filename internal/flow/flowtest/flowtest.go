@@ -846,8 +846,25 @@ func construction[O ~func(*flow.Config), M any](t *testing.T, a Adapter[O, M]) {
 			t.Errorf("%s.%s(PerSecond(1)) panicked: %s", a.Name, name, msg)
 		}
 	}
-	if msg := panicMessage(func() { a.New(nil) }); msg != "" {
-		t.Errorf("%s.New(nil) panicked: %s", a.Name, msg)
+	// New(nil) has nothing to decide with: it would serve everything
+	// unlimited, reporting an error per request. It panics at once instead.
+	if msg := panicMessage(func() { a.New(nil) }); !strings.Contains(msg, a.Name+".New") || !strings.Contains(msg, "nil limiter and no WithLimiterFunc") {
+		t.Errorf("%s.New(nil) panicked with %q, want a message naming %s.New and the nil limiter", a.Name, msg, a.Name)
+	}
+	if msg := panicMessage(func() { a.New(nil, a.WithLimiterFunc(nil)) }); !strings.Contains(msg, "nil limiter and no WithLimiterFunc") {
+		t.Errorf("%s.New(nil, WithLimiterFunc(nil)) panicked with %q, want the nil limiter named", a.Name, msg)
+	}
+	pick := func(*http.Request) *core.Limiter { return nil }
+	if msg := panicMessage(func() { a.New(nil, a.WithLimiterFunc(pick)) }); msg != "" {
+		t.Errorf("%s.New(nil, WithLimiterFunc(f)) panicked: %s", a.Name, msg)
+	}
+	lim, err := core.New(rdb, core.GCRA, core.PerSecond(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lim.Close()
+	if msg := panicMessage(func() { a.New(lim) }); msg != "" {
+		t.Errorf("%s.New(limiter) panicked: %s", a.Name, msg)
 	}
 }
 
