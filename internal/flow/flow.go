@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -203,22 +202,17 @@ type Flow struct {
 	cfg      Config
 	limiter  *core.Limiter
 	peer     keyfunc.Func // the fallback key
-	policies sync.Map     // *core.Limiter → its RateLimit-Policy value
+	policies policyCache  // RateLimit-Policy values by rules
 }
 
-// policy returns the RateLimit-Policy value of l, formatted once per
-// limiter: it depends only on the rules. A Result without rules (a failure
-// mode's) gets "", formatted from the Result.
-func (f *Flow) policy(l *core.Limiter, res core.Result) string {
+// policy returns the RateLimit-Policy value of res's rules, formatted once
+// per rule set (see policyCache). A Result without rules (a failure mode's)
+// gets "", formatted from the Result.
+func (f *Flow) policy(res core.Result) string {
 	if len(res.Rules) == 0 {
 		return ""
 	}
-	if v, ok := f.policies.Load(l); ok {
-		return v.(string)
-	}
-	p := Policy(res.Rules)
-	f.policies.Store(l, p)
-	return p
+	return f.policies.get(res.Rules)
 }
 
 // New returns the flow of limiter l (which may be nil when a limiter
@@ -354,7 +348,7 @@ func (f *Flow) Admit(w http.ResponseWriter, r *http.Request, rc any) bool {
 		// r=0 would make it back off from a limit nobody enforces).
 		return true
 	}
-	setHeaders(w.Header(), c.Headers, res, f.policy(l, res), time.Now())
+	setHeaders(w.Header(), c.Headers, res, f.policy(res), time.Now())
 	if !res.Allowed {
 		w.Header().Set(headerRetryAfter, itoa(RetryAfterSeconds(res)))
 		c.Deny(w, r, res)
