@@ -51,15 +51,23 @@
 //
 // RateLimit-Policy lists every rule of the limiter: its name (for a limiter
 // built by an algorithm constructor, the algorithm's name, such as
-// "token_bucket"), q its Rate and w its Period in seconds. RateLimit gives,
-// per rule, r the requests still admissible now and t the seconds until the
-// rule admits again (when it denies) or until it is back to full (when it
-// admits). The draft counts whole seconds: w and t are rounded up, and w is
-// at least 1, so a limit of 5 per 500ms reads q=5;w=1. The draft has no
-// burst parameter: q is the Rate even when Burst is larger. A 429 carries
-// Retry-After in whole seconds, rounded up, at least 1, and never earlier
-// than the t of a rule that denies. Stacked middlewares (a router-wide limit
-// and a route's own) each set the headers; the innermost one's are sent.
+// "token_bucket"), q its quota and w its window in seconds: Rate per
+// Period, or, for a bucket whose Burst differs from its Rate, Burst over
+// the time the bucket takes to refill it (10/s with Burst 50 reads
+// q=50;w=5). RateLimit gives, per rule, r the requests still admissible
+// now, never more than q, and t the seconds until the rule admits again
+// (when it denies) or until it is back to full (when it admits). The draft
+// counts whole seconds: w and t are rounded up, and w is at least 1, so a
+// limit of 5 per 500ms reads q=5;w=1. A 429 carries Retry-After in whole
+// seconds, rounded up, at least 1, and never earlier than the t of a rule
+// that denies.
+//
+// Stacked middlewares (a router-wide limit and a route's own) each add
+// their rules to the two fields, one list each, so the client sees every
+// limit that applies; a name already listed gets a suffix ("gcra-2", then
+// "-3"), the same in both fields. Retry-After is the largest of theirs.
+// The legacy X-RateLimit-* fields describe one rule only: the one with the
+// fewest requests remaining.
 //
 // # Per-route limits
 //

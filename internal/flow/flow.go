@@ -350,7 +350,8 @@ func (f *Flow) Admit(w http.ResponseWriter, r *http.Request, rc any) bool {
 	}
 	setHeaders(w.Header(), c.Headers, res, f.policy(res), time.Now())
 	if !res.Allowed {
-		w.Header().Set(headerRetryAfter, itoa(RetryAfterSeconds(res)))
+		h := w.Header()
+		h.Set(headerRetryAfter, retryAfter(h, RetryAfterSeconds(res)))
 		c.Deny(w, r, res)
 		return false
 	}
