@@ -141,8 +141,15 @@ func WithShadow() Option { return flow.WithShadow() }
 func WithLimiterOptions(opts ...core.Option) Option { return flow.WithLimiterOptions(opts...) }
 
 // WithErrorHandler sets the hook that receives decision errors (Redis
-// failures, timeouts) and key errors (wrapping ErrKey). The default logs
-// them with log/slog. f must not write the response.
+// failures, timeouts) and key errors (wrapping ErrKey), each as it
+// happens. f must not write the response.
+//
+// The default logs with log/slog at level ERROR, without flooding the log
+// when every request fails (an outage, anonymous requests keyed by user):
+// the first error of each kind (a failed decision, a key error, a request
+// past its deadline, a cost over the limit, no limiter) at once, then at
+// most one line per kind every 10 seconds, whose "suppressed" attribute
+// counts the errors of that kind left out since the line before.
 func WithErrorHandler(f func(r *http.Request, err error)) Option { return flow.WithErrorHandler(f) }
 
 // WithTimeout bounds each decision, so that a slow or stuck Redis never

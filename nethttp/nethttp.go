@@ -35,7 +35,8 @@
 //     Retry-After (WithDenyHandler, WithProblemDetails);
 //  6. when Redis fails or is too slow, fails open by default: it serves the
 //     request without rate-limit headers and reports the error to the error
-//     handler (WithErrorHandler; the default logs with log/slog).
+//     handler (WithErrorHandler; the default logs with log/slog, the first
+//     error of each kind and then at most one line per kind every 10s).
 //     WithFailClosed answers 503 instead. A limiter built with
 //     core.WithFailureMode(core.FailClosed) also answers 503, and one built
 //     with core.FailLocal decides with its in-process twin, headers and all.

@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"time"
 
@@ -203,6 +202,7 @@ type Flow struct {
 	limiter  *core.Limiter
 	peer     keyfunc.Func // the fallback key
 	policies policyCache  // RateLimit-Policy values by rules
+	errors   errorLog     // the default error handler
 }
 
 // policy returns the RateLimit-Policy value of res's rules, formatted once
@@ -223,12 +223,13 @@ func New[O ~func(*Config)](l *core.Limiter, opts []O) *Flow {
 	f := &Flow{limiter: l, peer: peer, cfg: Config{
 		Key:       func(r *http.Request, _ any) (string, error) { return peer(r) },
 		Deny:      DenyPlain,
-		OnError:   logError,
 		Timeout:   defaultTimeout,
 		MaxDelay:  DefaultMaxDelay,
 		DenyCache: DefaultDenyCache,
 		Sleep:     sleep,
 	}}
+	f.errors.now = time.Now
+	f.cfg.OnError = f.errors.log
 	for _, o := range opts {
 		if o != nil {
 			o(&f.cfg)
@@ -376,7 +377,7 @@ func (f *Flow) Admit(w http.ResponseWriter, r *http.Request, rc any) bool {
 // served (set by a middleware before this one, such as a timeout), and
 // reports err: writing nothing would leave an empty 200.
 func (f *Flow) late(w http.ResponseWriter, r *http.Request, err error) bool {
-	f.cfg.OnError(r, err)
+	f.cfg.OnError(r, lateError{err})
 	http.Error(w, "Service Unavailable: request deadline exceeded", http.StatusServiceUnavailable)
 	return false
 }
@@ -454,9 +455,4 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-}
-
-// logError is the default error hook: one structured log line.
-func logError(r *http.Request, err error) {
-	slog.ErrorContext(r.Context(), "sluice: rate limiting failed", "err", err, "method", r.Method, "path", r.URL.Path)
 }
