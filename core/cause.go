@@ -59,6 +59,15 @@ type sendFailure struct {
 	dials *dialWatch // nil when the client is not a *redis.Client
 }
 
+// clear forgets the last send error and the last failed dial: Redis has
+// answered since, so neither says why a later call times out.
+func (s *sendFailure) clear() {
+	s.lastError.clear()
+	if s.dials != nil {
+		s.dials.clear()
+	}
+}
+
 // timeout is the error of a call that timed out: context.DeadlineExceeded,
 // naming the last send error, or else the last failed dial, if any.
 func (s *sendFailure) timeout() error {
