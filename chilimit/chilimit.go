@@ -63,10 +63,11 @@ func GCRA(client redis.UniversalClient, limit core.Limit, opts ...Option) func(h
 	return middleware(flow.Must("chilimit.GCRA", client, core.GCRA, limit, opts))
 }
 
-// New limits with l, a limiter of one rule or a policy of several. It never
-// panics; l may be nil when WithLimiterFunc chooses the limiter.
+// New limits with l, a limiter of one rule or a policy of several; l may be
+// nil when WithLimiterFunc chooses the limiter. It panics only when it is
+// given nothing to decide with: a nil l and no WithLimiterFunc.
 func New(l *core.Limiter, opts ...Option) func(http.Handler) http.Handler {
-	return middleware(flow.New(l, opts))
+	return middleware(flow.MustNew("chilimit.New", l, opts))
 }
 
 // middleware sets the request's Pattern to the full chi route pattern while

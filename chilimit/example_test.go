@@ -15,7 +15,7 @@ import (
 )
 
 // Limit a router to 3 requests per minute per client IP, with a stricter
-// limit on one route (where both limits count).
+// limit on one route (where both limits count, and the headers list both).
 func Example() {
 	rdb := embeddedRedis()
 
@@ -35,8 +35,8 @@ func Example() {
 		fmt.Println(req.Method, req.URL.Path, rec.Code, rec.Header().Get("RateLimit-Policy"))
 	}
 	// Output:
-	// POST /login 200 "fixed_window";q=1;w=3600
-	// POST /login 429 "fixed_window";q=1;w=3600
+	// POST /login 200 "token_bucket";q=3;w=60, "fixed_window";q=1;w=3600
+	// POST /login 429 "token_bucket";q=3;w=60, "fixed_window";q=1;w=3600
 	// GET / 200 "token_bucket";q=3;w=60
 	// GET / 429 "token_bucket";q=3;w=60
 }

@@ -57,6 +57,8 @@ type batcher struct {
 	watch    *time.Timer // the watchdog (expire), armed while watching
 	watching bool
 	watchAt  time.Time // when it fires, while watching
+
+	failed sendFailure // why sends fail, for the calls that time out
 }
 
 // execScratch is what a flusher needs to send batches, kept from one
@@ -212,6 +214,7 @@ func newBatcher(client redis.UniversalClient, rules int, ruleArgs []interface{})
 	b := &batcher{client: client, flushers: 3, maxBatch: 512, execLimit: 30 * time.Second,
 		inline: enforcesDeadlines(client), rules: rules, ruleArgs: ruleArgs, grouping: groupNone}
 	b.wake = make(chan bool, 2*b.flushers)
+	b.failed.dials = watchDials(client)
 	switch client.(type) {
 	case *redis.Client:
 		b.grouping = groupAll
@@ -303,7 +306,12 @@ func (b *batcher) do(ctx context.Context, timeout time.Duration, c *call) (answe
 			<-ctx.Done()
 			return false, ctx.Err()
 		}
-		return false, context.DeadlineExceeded
+		return false, b.failed.timeout()
+	}
+	if c.err == context.DeadlineExceeded {
+		// The send's own context ended with the caller's deadline and
+		// answered first, as the watchdog would have.
+		return true, b.failed.timeout()
 	}
 	return true, c.err
 }
@@ -812,6 +820,11 @@ func (b *batcher) answer(x *execScratch, groups []*scriptGroup, settled bool) {
 		g.answered, g.now = true, true
 		n++
 		reply, err := g.cmd.Result()
+		if err != nil {
+			b.failed.note(err)
+		} else {
+			b.failed.clear()
+		}
 		for _, c := range g.calls {
 			mine := c.claim(callAnswered)
 			switch {

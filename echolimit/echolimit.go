@@ -66,10 +66,11 @@ func GCRA(client redis.UniversalClient, limit core.Limit, opts ...Option) echo.M
 	return middleware(flow.Must("echolimit.GCRA", client, core.GCRA, limit, opts))
 }
 
-// New limits with l, a limiter of one rule or a policy of several. It never
-// panics; l may be nil when WithLimiterFunc chooses the limiter.
+// New limits with l, a limiter of one rule or a policy of several; l may be
+// nil when WithLimiterFunc chooses the limiter. It panics only when it is
+// given nothing to decide with: a nil l and no WithLimiterFunc.
 func New(l *core.Limiter, opts ...Option) echo.MiddlewareFunc {
-	return middleware(flow.New(l, opts))
+	return middleware(flow.MustNew("echolimit.New", l, opts))
 }
 
 // middleware sets the request's Pattern to the Echo route while it

@@ -64,10 +64,11 @@ func GCRA(client redis.UniversalClient, limit core.Limit, opts ...Option) gin.Ha
 	return middleware(flow.Must("ginlimit.GCRA", client, core.GCRA, limit, opts))
 }
 
-// New limits with l, a limiter of one rule or a policy of several. It never
-// panics; l may be nil when WithLimiterFunc chooses the limiter.
+// New limits with l, a limiter of one rule or a policy of several; l may be
+// nil when WithLimiterFunc chooses the limiter. It panics only when it is
+// given nothing to decide with: a nil l and no WithLimiterFunc.
 func New(l *core.Limiter, opts ...Option) gin.HandlerFunc {
-	return middleware(flow.New(l, opts))
+	return middleware(flow.MustNew("ginlimit.New", l, opts))
 }
 
 // middleware sets the request's Pattern to the Gin route while it decides,

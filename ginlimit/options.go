@@ -42,7 +42,8 @@ const (
 	// draft-ietf-httpapi-ratelimit-headers-10/11 writes them. The default.
 	HeadersDraft = flow.HeadersDraft
 	// HeadersLegacy writes X-RateLimit-Limit, X-RateLimit-Remaining and
-	// X-RateLimit-Reset (Unix epoch seconds) of the deciding rule.
+	// X-RateLimit-Reset (Unix epoch seconds) of the deciding rule;
+	// X-RateLimit-Limit is its q in RateLimit-Policy, Remaining at most that.
 	HeadersLegacy = flow.HeadersLegacy
 	// HeadersBoth writes the draft and the legacy headers.
 	HeadersBoth = flow.HeadersBoth
@@ -141,8 +142,15 @@ func WithShadow() Option { return flow.WithShadow() }
 func WithLimiterOptions(opts ...core.Option) Option { return flow.WithLimiterOptions(opts...) }
 
 // WithErrorHandler sets the hook that receives decision errors (Redis
-// failures, timeouts) and key errors (wrapping ErrKey). The default logs
-// them with log/slog. f must not write the response.
+// failures, timeouts) and key errors (wrapping ErrKey), each as it
+// happens. f must not write the response.
+//
+// The default logs with log/slog at level ERROR, without flooding the log
+// when every request fails (an outage, anonymous requests keyed by user):
+// the first error of each kind (a failed decision, a key error, a request
+// past its deadline, a cost over the limit, no limiter) at once, then at
+// most one line per kind every 10 seconds, whose "suppressed" attribute
+// counts the errors of that kind left out since the line before.
 func WithErrorHandler(f func(r *http.Request, err error)) Option { return flow.WithErrorHandler(f) }
 
 // WithTimeout bounds each decision, so that a slow or stuck Redis never
@@ -166,6 +174,12 @@ func WithMaxDelay(d time.Duration) Option { return flow.WithMaxDelay(d) }
 // WithLimiterFunc chooses the limiter of each request, for example by plan
 // tier. When f returns nil the limiter given to the constructor is used;
 // when there is none either, the request fails with ErrNoLimiter.
+//
+// f may build limiters at run time (one per tenant, say) and drop them:
+// the middleware keeps nothing of a limiter once its request is answered,
+// so a dropped limiter (closed with Close) is collected. It remembers the
+// RateLimit-Policy values of the last 16 rule sets it has seen; with more
+// rule sets than that in turn, each request formats its own.
 func WithLimiterFunc(f func(*http.Request) *core.Limiter) Option { return flow.WithLimiterFunc(f) }
 
 // WithPrefix sets the Redis key prefix of the limiter that an algorithm

@@ -12,8 +12,9 @@
 // The algorithm constructors (FixedWindow, SlidingWindowLog,
 // SlidingWindowCounter, LeakyBucket, TokenBucket, GCRA) build a one-rule
 // limiter and panic at once on an invalid limit, naming the problem; New
-// takes any core.Limiter, such as a policy of several rules, and never
-// panics. Nothing panics while serving.
+// takes any core.Limiter, such as a policy of several rules, and panics
+// only when it has nothing to decide with (a nil limiter and no
+// WithLimiterFunc). Nothing panics while serving.
 //
 // # The request flow
 //
@@ -34,7 +35,8 @@
 //     Retry-After (WithDenyHandler, WithProblemDetails);
 //  6. when Redis fails or is too slow, fails open by default: it serves the
 //     request without rate-limit headers and reports the error to the error
-//     handler (WithErrorHandler; the default logs with log/slog).
+//     handler (WithErrorHandler; the default logs with log/slog, the first
+//     error of each kind and then at most one line per kind every 10s).
 //     WithFailClosed answers 503 instead. A limiter built with
 //     core.WithFailureMode(core.FailClosed) also answers 503, and one built
 //     with core.FailLocal decides with its in-process twin, headers and all.
@@ -50,15 +52,23 @@
 //
 // RateLimit-Policy lists every rule of the limiter: its name (for a limiter
 // built by an algorithm constructor, the algorithm's name, such as
-// "token_bucket"), q its Rate and w its Period in seconds. RateLimit gives,
-// per rule, r the requests still admissible now and t the seconds until the
-// rule admits again (when it denies) or until it is back to full (when it
-// admits). The draft counts whole seconds: w and t are rounded up, and w is
-// at least 1, so a limit of 5 per 500ms reads q=5;w=1. The draft has no
-// burst parameter: q is the Rate even when Burst is larger. A 429 carries
-// Retry-After in whole seconds, rounded up, at least 1, and never earlier
-// than the t of a rule that denies. Stacked middlewares (a router-wide limit
-// and a route's own) each set the headers; the innermost one's are sent.
+// "token_bucket"), q its quota and w its window in seconds: Rate per
+// Period, or, for a bucket whose Burst differs from its Rate, Burst over
+// the time the bucket takes to refill it (10/s with Burst 50 reads
+// q=50;w=5). RateLimit gives, per rule, r the requests still admissible
+// now, never more than q, and t the seconds until the rule admits again
+// (when it denies) or until it is back to full (when it admits). The draft
+// counts whole seconds: w and t are rounded up, and w is at least 1, so a
+// limit of 5 per 500ms reads q=5;w=1. A 429 carries Retry-After in whole
+// seconds, rounded up, at least 1, and never earlier than the t of a rule
+// that denies.
+//
+// Stacked middlewares (a router-wide limit and a route's own) each add
+// their rules to the two fields, one list each, so the client sees every
+// limit that applies; a name already listed gets a suffix ("gcra-2", then
+// "-3"), the same in both fields. Retry-After is the largest of theirs.
+// The legacy X-RateLimit-* fields describe one rule only: the one with the
+// fewest requests remaining.
 //
 // # Per-route limits
 //
@@ -118,10 +128,11 @@ func GCRA(client redis.UniversalClient, limit core.Limit, opts ...Option) func(h
 	return middleware(flow.Must("nethttp.GCRA", client, core.GCRA, limit, opts))
 }
 
-// New limits with l, a limiter of one rule or a policy of several. It never
-// panics; l may be nil when WithLimiterFunc chooses the limiter.
+// New limits with l, a limiter of one rule or a policy of several; l may be
+// nil when WithLimiterFunc chooses the limiter. It panics only when it is
+// given nothing to decide with: a nil l and no WithLimiterFunc.
 func New(l *core.Limiter, opts ...Option) func(http.Handler) http.Handler {
-	return middleware(flow.New(l, opts))
+	return middleware(flow.MustNew("nethttp.New", l, opts))
 }
 
 func middleware(f *flow.Flow) func(http.Handler) http.Handler {

@@ -2,7 +2,6 @@ package flow
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
 
 	"github.com/sluicehq/sluice/core"
@@ -34,7 +33,7 @@ func DenyProblem(w http.ResponseWriter, _ *http.Request, res core.Result) {
 		Type:             ProblemType,
 		Title:            "Too Many Requests",
 		Status:           http.StatusTooManyRequests,
-		Detail:           fmt.Sprintf("Rate limit exceeded; retry in %d seconds.", RetryAfterSeconds(res)),
+		Detail:           "Rate limit exceeded; retry in " + Seconds(RetryAfterSeconds(res)) + ".",
 		ViolatedPolicies: Violated(res),
 	}
 	body, _ := json.Marshal(p) // cannot fail: strings and ints only
@@ -43,6 +42,14 @@ func DenyProblem(w http.ResponseWriter, _ *http.Request, res core.Result) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(http.StatusTooManyRequests)
 	w.Write(append(body, '\n'))
+}
+
+// Seconds returns "1 second" or "<n> seconds".
+func Seconds(n int64) string {
+	if n == 1 {
+		return "1 second"
+	}
+	return itoa(n) + " seconds"
 }
 
 // Violated returns the names of the rules that denied res.

@@ -10,9 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -203,41 +201,51 @@ type Flow struct {
 	cfg      Config
 	limiter  *core.Limiter
 	peer     keyfunc.Func // the fallback key
-	policies sync.Map     // *core.Limiter → its RateLimit-Policy value
+	policies policyCache  // RateLimit-Policy values by rules
+	errors   errorLog     // the default error handler
 }
 
-// policy returns the RateLimit-Policy value of l, formatted once per
-// limiter: it depends only on the rules. A Result without rules (a failure
-// mode's) gets "", formatted from the Result.
-func (f *Flow) policy(l *core.Limiter, res core.Result) string {
+// policy returns the RateLimit-Policy value of res's rules, formatted once
+// per rule set (see policyCache). A Result without rules (a failure mode's)
+// gets "", formatted from the Result.
+func (f *Flow) policy(res core.Result) string {
 	if len(res.Rules) == 0 {
 		return ""
 	}
-	if v, ok := f.policies.Load(l); ok {
-		return v.(string)
-	}
-	p := Policy(res.Rules)
-	f.policies.Store(l, p)
-	return p
+	return f.policies.get(res.Rules)
 }
 
 // New returns the flow of limiter l (which may be nil when a limiter
-// function is set). It never panics.
+// function is set). It never panics: a nil l without a limiter function
+// reports ErrNoLimiter per request (the adapters use MustNew instead).
 func New[O ~func(*Config)](l *core.Limiter, opts []O) *Flow {
 	peer := keyfunc.RemoteIP()
 	f := &Flow{limiter: l, peer: peer, cfg: Config{
 		Key:       func(r *http.Request, _ any) (string, error) { return peer(r) },
 		Deny:      DenyPlain,
-		OnError:   logError,
 		Timeout:   defaultTimeout,
 		MaxDelay:  DefaultMaxDelay,
 		DenyCache: DefaultDenyCache,
 		Sleep:     sleep,
 	}}
+	f.errors.now = time.Now
+	f.cfg.OnError = f.errors.log
 	for _, o := range opts {
 		if o != nil {
 			o(&f.cfg)
 		}
+	}
+	return f
+}
+
+// MustNew is New for the adapters' New: it panics, with a message that
+// starts with where (such as "ginlimit.New"), when it is given nothing to
+// decide with, a nil l and no limiter function. Such a middleware would
+// serve every request unlimited and report an error for each.
+func MustNew[O ~func(*Config)](where string, l *core.Limiter, opts []O) *Flow {
+	f := New[O](l, opts)
+	if l == nil && f.cfg.LimiterFor == nil {
+		panic(where + ": nil limiter and no WithLimiterFunc")
 	}
 	return f
 }
@@ -341,9 +349,10 @@ func (f *Flow) Admit(w http.ResponseWriter, r *http.Request, rc any) bool {
 		// r=0 would make it back off from a limit nobody enforces).
 		return true
 	}
-	setHeaders(w.Header(), c.Headers, res, f.policy(l, res), time.Now())
+	setHeaders(w.Header(), c.Headers, res, f.policy(res), time.Now())
 	if !res.Allowed {
-		w.Header().Set(headerRetryAfter, itoa(RetryAfterSeconds(res)))
+		h := w.Header()
+		h.Set(headerRetryAfter, retryAfter(h, RetryAfterSeconds(res)))
 		c.Deny(w, r, res)
 		return false
 	}
@@ -368,7 +377,7 @@ func (f *Flow) Admit(w http.ResponseWriter, r *http.Request, rc any) bool {
 // served (set by a middleware before this one, such as a timeout), and
 // reports err: writing nothing would leave an empty 200.
 func (f *Flow) late(w http.ResponseWriter, r *http.Request, err error) bool {
-	f.cfg.OnError(r, err)
+	f.cfg.OnError(r, lateError{err})
 	http.Error(w, "Service Unavailable: request deadline exceeded", http.StatusServiceUnavailable)
 	return false
 }
@@ -446,9 +455,4 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-}
-
-// logError is the default error hook: one structured log line.
-func logError(r *http.Request, err error) {
-	slog.ErrorContext(r.Context(), "sluice: rate limiting failed", "err", err, "method", r.Method, "path", r.URL.Path)
 }

@@ -1,8 +1,11 @@
 package flow
 
 import (
+	"math"
+	"math/bits"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/core"
@@ -28,22 +31,36 @@ var (
 )
 
 // setHeaders writes the rate-limit headers of res in mode m. policy is the
-// RateLimit-Policy value of the limiter that decided ("" to format it from
-// res). now is used only for the epoch seconds of X-RateLimit-Reset.
+// RateLimit-Policy value of res's rules ("" to format it from res). now is
+// used only for the epoch seconds of X-RateLimit-Reset.
 //
-// The draft headers cost two allocations: the RateLimit value and one
-// backing array for both values.
+// When a middleware before this one (a global limit around a route's) has
+// set the draft fields already, the items of res are added to them (see
+// addItems); the legacy fields are replaced only by a rule with no more
+// remaining than the one they describe: they stay the most restrictive.
+//
+// The draft headers of a lone middleware cost two allocations: the
+// RateLimit value and one backing array for both values.
 func setHeaders(h http.Header, m HeaderMode, res core.Result, policy string, now time.Time) {
 	if m == HeadersDraft || m == HeadersBoth {
 		rules := ruleResults(res)
-		if policy == "" {
-			policy = Policy(rules)
+		if prevPolicy, prevState := h[keyPolicy], h[keyRateLimit]; len(prevPolicy) > 0 || len(prevState) > 0 {
+			addItems(h, rules, prevPolicy, prevState)
+		} else {
+			if policy == "" {
+				policy = Policy(rules)
+			}
+			vals := []string{policy, RateLimit(rules)}
+			h[keyPolicy] = vals[0:1:1]
+			h[keyRateLimit] = vals[1:2:2]
 		}
-		vals := []string{policy, RateLimit(rules)}
-		h[keyPolicy] = vals[0:1:1]
-		h[keyRateLimit] = vals[1:2:2]
 	}
 	if m == HeadersLegacy || m == HeadersBoth {
+		limit, _ := Quota(res.Limit)
+		remaining := min(int64(max(res.Remaining, 0)), limit)
+		if prev, err := strconv.ParseInt(h.Get(headerRemaining), 10, 64); err == nil && prev < remaining {
+			return // an outer middleware's rule is more restrictive
+		}
 		reset := res.ResetAfter
 		for _, rr := range res.Rules {
 			if rr.Name == res.Rule {
@@ -51,10 +68,84 @@ func setHeaders(h http.Header, m HeaderMode, res core.Result, policy string, now
 				break
 			}
 		}
-		h.Set(headerLimit, itoa(int64(res.Limit.Rate)))
-		h.Set(headerRemaining, itoa(int64(max(res.Remaining, 0))))
+		h.Set(headerLimit, itoa(limit))
+		h.Set(headerRemaining, itoa(remaining))
 		h.Set(headerReset, itoa(ceilUnix(now.Add(reset))))
 	}
+}
+
+// addItems adds the items of rules to the RateLimit-Policy and RateLimit
+// fields already set (prevPolicy, prevState), each field one list. A rule
+// whose name is taken there goes by "<name>-2" (or -3, and so on: the
+// first free), in both fields, so that a client can pair them.
+func addItems(h http.Header, rules []core.RuleResult, prevPolicy, prevState []string) {
+	taken := map[string]bool{}
+	for _, v := range append(append([]string(nil), prevPolicy...), prevState...) {
+		itemNames(v, func(name string) { taken[name] = true })
+	}
+	renamed := make([]core.RuleResult, len(rules))
+	for i, rr := range rules {
+		name := rr.Name
+		for n := 2; taken[string(appendName(nil, name))]; n++ {
+			name = rr.Name + "-" + strconv.Itoa(n)
+		}
+		taken[string(appendName(nil, name))] = true
+		rr.Name = name
+		renamed[i] = rr
+	}
+	h[keyPolicy] = []string{joinList(prevPolicy, Policy(renamed))}
+	h[keyRateLimit] = []string{joinList(prevState, RateLimit(renamed))}
+}
+
+// joinList joins the field values prev and v into one list.
+func joinList(prev []string, v string) string {
+	var b strings.Builder
+	for _, p := range prev {
+		if p = strings.TrimSpace(p); p != "" {
+			b.WriteString(p)
+			b.WriteString(", ")
+		}
+	}
+	b.WriteString(v)
+	return b.String()
+}
+
+// itemNames calls f with the name of each item of the structured-field
+// list v whose name is a String, quotes and escapes included (as
+// appendName writes it).
+func itemNames(v string, f func(string)) {
+	start := true // at the start of an item
+	for i := 0; i < len(v); i++ {
+		switch ch := v[i]; {
+		case ch == '"':
+			j := i + 1
+			for j < len(v) && v[j] != '"' {
+				if v[j] == '\\' {
+					j++
+				}
+				j++
+			}
+			j = min(j, len(v)-1)
+			if start {
+				f(v[i : j+1])
+			}
+			i, start = j, false
+		case ch == ',':
+			start = true
+		case ch != ' ' && ch != '\t':
+			start = false
+		}
+	}
+}
+
+// retryAfter returns the Retry-After of a denial whose own is s seconds:
+// the larger of s and the one already set on h (by a middleware before
+// this one).
+func retryAfter(h http.Header, s int64) string {
+	if prev, err := strconv.ParseInt(h.Get(headerRetryAfter), 10, 64); err == nil && prev > s {
+		s = prev
+	}
+	return itoa(s)
 }
 
 // ruleResults returns the rules of res, or one made of its summary when a
@@ -70,36 +161,63 @@ func ruleResults(res core.Result) []core.RuleResult {
 }
 
 // Policy formats the RateLimit-Policy field: one item per rule,
-// `"name";q=<Rate>;w=<Period in whole seconds>`. The draft has no burst
-// parameter, so q is the Rate even when Burst differs; w is rounded up and
-// at least 1, so a sub-second period shows as w=1.
+// `"name";q=<quota>;w=<window in whole seconds>` (see Quota).
 func Policy(rules []core.RuleResult) string {
 	b := make([]byte, 0, 32*len(rules))
 	for i, rr := range rules {
 		if i > 0 {
 			b = append(b, ", "...)
 		}
+		q, w := Quota(rr.Limit)
 		b = appendName(b, rr.Name)
 		b = append(b, ";q="...)
-		b = strconv.AppendInt(b, int64(rr.Limit.Rate), 10)
+		b = strconv.AppendInt(b, q, 10)
 		b = append(b, ";w="...)
-		b = strconv.AppendInt(b, max(ceilSeconds(rr.Limit.Period), 1), 10)
+		b = strconv.AppendInt(b, w, 10)
 	}
 	return string(b)
 }
 
+// Quota returns the q and w that RateLimit-Policy advertises for limit:
+// Rate events per Period in general, and, for a bucket whose Burst differs
+// from its Rate, Burst events over the time the bucket takes to refill them
+// (Burst/Rate × Period): the most a client can send at once, which is what
+// RateLimit's r counts down from. (The draft has no burst parameter.) w is
+// in whole seconds, rounded up and at least 1, so a limit of 5 per 500ms
+// reads q=5;w=1.
+func Quota(limit core.Limit) (q, w int64) {
+	q, period := int64(limit.Rate), limit.Period
+	if b := int64(limit.Burst); b > 0 && b != q && q > 0 {
+		// period × b / q without overflow: b and a Period fit in 63 bits.
+		hi, lo := bits.Mul64(uint64(period), uint64(b))
+		if hi >= uint64(q) {
+			period = math.MaxInt64
+		} else {
+			quo, rem := bits.Div64(hi, lo, uint64(q))
+			if rem > 0 {
+				quo++
+			}
+			period = time.Duration(min(quo, math.MaxInt64))
+		}
+		q = b
+	}
+	return max(q, 0), max(ceilSeconds(period), 1)
+}
+
 // RateLimit formats the RateLimit field: one item per rule,
 // `"name";r=<Remaining>;t=<seconds>`, where t is the rule's RetryAfter when
-// it denies and its ResetAfter otherwise, in whole seconds rounded up.
+// it denies and its ResetAfter otherwise, in whole seconds rounded up. r
+// never exceeds the rule's q in RateLimit-Policy (see Quota).
 func RateLimit(rules []core.RuleResult) string {
 	b := make([]byte, 0, 32*len(rules))
 	for i, rr := range rules {
 		if i > 0 {
 			b = append(b, ", "...)
 		}
+		q, _ := Quota(rr.Limit)
 		b = appendName(b, rr.Name)
 		b = append(b, ";r="...)
-		b = strconv.AppendInt(b, int64(max(rr.Remaining, 0)), 10)
+		b = strconv.AppendInt(b, min(int64(max(rr.Remaining, 0)), q), 10)
 		b = append(b, ";t="...)
 		b = strconv.AppendInt(b, resetSeconds(rr), 10)
 	}

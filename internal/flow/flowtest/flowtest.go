@@ -580,14 +580,18 @@ func cases[O ~func(*flow.Config), M any](t *testing.T, a Adapter[O, M], rdb *red
 			{path: "/users/1", status: 200, want: map[string]string{"RateLimit": ""}},
 		},
 	})
-	// A global and a per-route limit together: both apply on the route.
+	// A global and a per-route limit together: both apply on the route,
+	// and the client is told of both (the route's under a distinct name).
 	add(testCase[M]{
 		name:   "global-and-route",
 		global: []M{a.GCRA(rdb, core.PerMinute(3), prefix("global-and-route-global"))},
 		route:  []M{a.GCRA(rdb, core.PerMinute(1), prefix("global-and-route-route"))},
 		steps: []step{
-			{path: "/limited/1", status: 200, want: map[string]string{"RateLimit-Policy": `"gcra";q=1;w=60`}},
-			{path: "/limited/1", status: 429},
+			{path: "/limited/1", status: 200, want: map[string]string{
+				"RateLimit-Policy": `"gcra";q=3;w=60, "gcra-2";q=1;w=60`,
+				"RateLimit":        `"gcra";r=2;t=20, "gcra-2";r=0;t=60`}},
+			{path: "/limited/1", status: 429, want: map[string]string{
+				"RateLimit": `"gcra";r=1;t=40, "gcra-2";r=0;t=60`, "Retry-After": "60"}},
 			{path: "/", status: 200, want: map[string]string{"RateLimit": `"gcra";r=0;t=60`}},
 			{path: "/", status: 429, want: map[string]string{"RateLimit": `"gcra";r=0;t=20`}},
 		},
@@ -809,7 +813,7 @@ func problem(violated []string, retry int) func(*testing.T, *httptest.ResponseRe
 			t.Fatalf("problem body %q: %v", rec.Body, err)
 		}
 		if p.Type != flow.ProblemType || p.Title != "Too Many Requests" || p.Status != 429 ||
-			!strings.Contains(p.Detail, strconv.Itoa(retry)+" seconds") ||
+			!strings.Contains(p.Detail, "retry in "+flow.Seconds(int64(retry))+".") ||
 			strings.Join(p.ViolatedPolicies, ",") != strings.Join(violated, ",") {
 			t.Errorf("problem = %+v, want violated-policies %v and %d seconds", p, violated, retry)
 		}
@@ -851,8 +855,25 @@ func construction[O ~func(*flow.Config), M any](t *testing.T, a Adapter[O, M]) {
 			t.Errorf("%s.%s(PerSecond(1)) panicked: %s", a.Name, name, msg)
 		}
 	}
-	if msg := panicMessage(func() { a.New(nil) }); msg != "" {
-		t.Errorf("%s.New(nil) panicked: %s", a.Name, msg)
+	// New(nil) has nothing to decide with: it would serve everything
+	// unlimited, reporting an error per request. It panics at once instead.
+	if msg := panicMessage(func() { a.New(nil) }); !strings.Contains(msg, a.Name+".New") || !strings.Contains(msg, "nil limiter and no WithLimiterFunc") {
+		t.Errorf("%s.New(nil) panicked with %q, want a message naming %s.New and the nil limiter", a.Name, msg, a.Name)
+	}
+	if msg := panicMessage(func() { a.New(nil, a.WithLimiterFunc(nil)) }); !strings.Contains(msg, "nil limiter and no WithLimiterFunc") {
+		t.Errorf("%s.New(nil, WithLimiterFunc(nil)) panicked with %q, want the nil limiter named", a.Name, msg)
+	}
+	pick := func(*http.Request) *core.Limiter { return nil }
+	if msg := panicMessage(func() { a.New(nil, a.WithLimiterFunc(pick)) }); msg != "" {
+		t.Errorf("%s.New(nil, WithLimiterFunc(f)) panicked: %s", a.Name, msg)
+	}
+	lim, err := core.New(rdb, core.GCRA, core.PerSecond(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lim.Close()
+	if msg := panicMessage(func() { a.New(lim) }); msg != "" {
+		t.Errorf("%s.New(limiter) panicked: %s", a.Name, msg)
 	}
 }
 

@@ -1,0 +1,87 @@
+package flow
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/core"
+)
+
+// ErrorLogInterval is the shortest time between two lines of one kind
+// written by the default error handler.
+const ErrorLogInterval = 10 * time.Second
+
+// The kinds of error the default handler tells apart: each has its own
+// first line and its own interval, so a flood of one (every anonymous
+// request's key error) hides no other (Redis failing).
+const (
+	kindDecision  = iota // Redis failed or was too slow
+	kindKey              // the key function failed
+	kindLate             // the request's own deadline ended first
+	kindCost             // a cost larger than a rule admits at once
+	kindNoLimiter        // no limiter for the request
+	kinds
+)
+
+var kindNames = [kinds]string{"decision", "key", "late", "cost", "no-limiter"}
+
+// errorLog is the default error handler of a Flow: it logs the first
+// error of each kind with log/slog at once, then at most one line per
+// ErrorLogInterval per kind, written when an error comes after the
+// interval has passed (no goroutine, no timer), with the number of errors
+// of that kind left out since the previous line ("suppressed") and when
+// that line was written ("since"). A Redis outage or a crowd of anonymous
+// requests thus costs a few lines, not one per request.
+//
+// An error left out costs a clock read and two atomic operations.
+type errorLog struct {
+	now   func() time.Time // time.Now; tests move it by hand
+	kinds [kinds]kindLog
+}
+
+type kindLog struct {
+	last       atomic.Int64 // Unix nanoseconds of the last line, 0 before the first
+	suppressed atomic.Int64 // errors left out since the last line
+}
+
+// lateError marks the errors of requests answered 503 because their own
+// deadline ended before they could be served.
+type lateError struct{ error }
+
+func (e lateError) Unwrap() error { return e.error }
+
+func kindOf(err error) int {
+	var late lateError
+	switch {
+	case errors.As(err, &late):
+		return kindLate
+	case errors.Is(err, ErrKey):
+		return kindKey
+	case errors.Is(err, core.ErrCostExceedsLimit):
+		return kindCost
+	case errors.Is(err, ErrNoLimiter):
+		return kindNoLimiter
+	}
+	return kindDecision
+}
+
+// log is the error hook: it logs err, or counts it when a line of its kind
+// was written less than ErrorLogInterval ago.
+func (l *errorLog) log(r *http.Request, err error) {
+	kind := kindOf(err)
+	k := &l.kinds[kind]
+	now := l.now()
+	last := k.last.Load()
+	if last != 0 && now.UnixNano()-last < int64(ErrorLogInterval) || !k.last.CompareAndSwap(last, now.UnixNano()) {
+		k.suppressed.Add(1)
+		return
+	}
+	attrs := []any{"err", err, "kind", kindNames[kind], "method", r.Method, "path", r.URL.Path}
+	if n := k.suppressed.Swap(0); n > 0 {
+		attrs = append(attrs, "suppressed", n, "since", time.Unix(0, last).UTC())
+	}
+	slog.ErrorContext(r.Context(), "sluice: rate limiting failed", attrs...)
+}

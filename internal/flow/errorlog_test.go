@@ -1,0 +1,106 @@
+package flow
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// logLines is a slog.Handler that keeps every record as one line of text.
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logLines) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logLines) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *logLines) WithGroup(string) slog.Handler            { return l }
+func (l *logLines) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	b.WriteString(r.Message)
+	r.Attrs(func(a slog.Attr) bool {
+		b.WriteString(" " + a.Key + "=" + a.Value.String())
+		return true
+	})
+	l.mu.Lock()
+	l.lines = append(l.lines, b.String())
+	l.mu.Unlock()
+	return nil
+}
+
+func (l *logLines) all() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.lines...)
+}
+
+// captureLog makes the default slog logger write to the returned lines
+// until t ends.
+func captureLog(t *testing.T) *logLines {
+	l := &logLines{}
+	prev := slog.Default()
+	slog.SetDefault(slog.New(l))
+	t.Cleanup(func() { slog.SetDefault(prev) })
+	return l
+}
+
+// fakeClock is the time of a flow's error log, moved by hand.
+type fakeClock struct{ now time.Time }
+
+func (c *fakeClock) get() time.Time { return c.now }
+
+// The default error handler does not write a line per failed request:
+// the first of each kind (a failed decision, a key error), then at most
+// one per interval, counting the ones it left out.
+func TestErrorLogSampled(t *testing.T) {
+	lines := captureLog(t)
+	lim, err := core.New(redistest.RefusedClient(t), core.GCRA, core.PerSecond(10), core.WithTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lim.Close()
+	clock := &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	anonymous := WithKey(func(*http.Request) (string, error) { return "", errors.New("anonymous request") })
+	f := New(lim, []Option{anonymous})
+	f.errors.now = clock.get
+	serve := func(n int) {
+		for range n {
+			rec := httptest.NewRecorder()
+			if !f.Admit(rec, httptest.NewRequest("GET", "/", nil), nil) {
+				t.Fatalf("not served, status %d: fail open expected", rec.Code)
+			}
+		}
+	}
+	serve(200) // every one a key error and a failed decision
+	if got := lines.all(); len(got) != 2 {
+		t.Fatalf("%d lines for 200 failing requests, want 2 (one per kind):\n%s", len(got), strings.Join(got, "\n"))
+	}
+	clock.now = clock.now.Add(5 * time.Second)
+	serve(100)
+	if got := lines.all(); len(got) != 2 {
+		t.Fatalf("%d lines, want still 2 within the interval:\n%s", len(got), strings.Join(got, "\n"))
+	}
+	clock.now = clock.now.Add(ErrorLogInterval)
+	serve(1)
+	got := lines.all()
+	if len(got) != 4 {
+		t.Fatalf("%d lines, want 4 after the interval:\n%s", len(got), strings.Join(got, "\n"))
+	}
+	for _, line := range got[2:] {
+		if !strings.Contains(line, "suppressed=299") {
+			t.Errorf("line %q does not count the 299 left out", line)
+		}
+	}
+	if !strings.Contains(strings.Join(got, "\n"), "connection refused") {
+		t.Errorf("no line names the refused connection:\n%s", strings.Join(got, "\n"))
+	}
+}

@@ -1,0 +1,182 @@
+package flow
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// items parses a RateLimit or RateLimit-Policy value as this package
+// writes it: name → parameter → integer.
+func items(t *testing.T, v string) map[string]map[string]int64 {
+	t.Helper()
+	out := map[string]map[string]int64{}
+	for _, item := range strings.Split(v, ", ") {
+		parts := strings.Split(item, ";")
+		name, err := strconv.Unquote(parts[0])
+		if err != nil {
+			t.Fatalf("item %q of %q: name: %v", item, v, err)
+		}
+		if _, dup := out[name]; dup {
+			t.Errorf("%q: name %q twice", v, name)
+		}
+		params := map[string]int64{}
+		for _, p := range parts[1:] {
+			k, n, _ := strings.Cut(p, "=")
+			params[k], err = strconv.ParseInt(n, 10, 64)
+			if err != nil {
+				t.Fatalf("item %q of %q: %v", item, v, err)
+			}
+		}
+		out[name] = params
+	}
+	return out
+}
+
+// The quota a rule advertises bounds what RateLimit says remains, for
+// every algorithm and for limits whose Burst differs from their Rate: a
+// bucket advertises q=Burst over the time it takes to refill, so a client
+// never reads r=49 of q=10.
+func TestRemainingWithinQuota(t *testing.T) {
+	rdb := redistest.Client(t)
+	prefix := "headers-quota-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	type limit struct {
+		l    core.Limit
+		q, w int64
+	}
+	windows := []limit{
+		{core.PerSecond(10), 10, 1},
+		{core.Limit{Rate: 5, Period: 500 * time.Millisecond}, 5, 1},
+		{core.Limit{Rate: 7, Period: 1500 * time.Millisecond, Burst: 7}, 7, 2},
+		{core.PerHour(3), 3, 3600},
+	}
+	buckets := append([]limit{
+		{core.Limit{Rate: 10, Period: time.Second, Burst: 50}, 50, 5},
+		{core.Limit{Rate: 7, Period: 1500 * time.Millisecond, Burst: 3}, 3, 1},
+		{core.Limit{Rate: 100, Period: time.Minute, Burst: 1}, 1, 1},
+		{core.Limit{Rate: 100, Period: time.Minute, Burst: 15}, 15, 9},
+		{core.Limit{Rate: 3, Period: time.Hour, Burst: 4}, 4, 4800},
+	}, windows...)
+	for _, alg := range []core.Algorithm{core.FixedWindow, core.SlidingWindowLog, core.SlidingWindowCounter, core.LeakyBucket, core.TokenBucket, core.GCRA} {
+		limits := buckets
+		switch alg {
+		case core.FixedWindow, core.SlidingWindowLog, core.SlidingWindowCounter:
+			limits = windows
+		}
+		for i, c := range limits {
+			lim, err := core.New(rdb, alg, c.l, core.WithPrefix(prefix), core.WithTimeout(10*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := New(lim, []Option{WithMaxDelay(time.Hour)})
+			f.cfg.Sleep = func(context.Context, time.Duration) error { return nil }
+			key := string(alg) + "-" + strconv.Itoa(i)
+			for step := range c.q + 2 {
+				rec := httptest.NewRecorder()
+				req := httptest.NewRequest("GET", "/", nil)
+				req.RemoteAddr = "192.0.2.1:1"
+				f.cfg.Key = func(*http.Request, any) (string, error) { return key, nil }
+				f.Admit(rec, req, nil)
+				policy := items(t, rec.Header().Get("RateLimit-Policy"))[string(alg)]
+				state := items(t, rec.Header().Get("RateLimit"))[string(alg)]
+				if policy["q"] != c.q || policy["w"] != c.w {
+					t.Errorf("%s %v: RateLimit-Policy %q, want q=%d;w=%d", alg, c.l, rec.Header().Get("RateLimit-Policy"), c.q, c.w)
+					break
+				}
+				if state["r"] > policy["q"] {
+					t.Errorf("%s %v, request %d: RateLimit %q says more remains than the quota %q", alg, c.l, step+1,
+						rec.Header().Get("RateLimit"), rec.Header().Get("RateLimit-Policy"))
+					break
+				}
+			}
+			lim.Close()
+		}
+	}
+}
+
+// Nested middlewares (a global limit, then a route's) send every policy
+// that applies: the inner one adds its items to the outer's fields, under
+// a distinct name when the names clash. Retry-After is the largest;
+// legacy X-RateLimit-* are the most restrictive rule's.
+func TestNestedHeaders(t *testing.T) {
+	outer := New(miniLimiter(t, core.GCRA, core.PerMinute(3)), []Option{WithHeaders(HeadersBoth)})
+	inner := New(miniLimiter(t, core.GCRA, core.PerMinute(1)), []Option{WithHeaders(HeadersBoth)})
+	serve := func() *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest("GET", "/", nil)
+		if outer.Admit(rec, req, nil) {
+			inner.Admit(rec, req, nil)
+		}
+		return rec
+	}
+	rec := serve()
+	if got, want := rec.Header().Get("RateLimit-Policy"), `"gcra";q=3;w=60, "gcra-2";q=1;w=60`; got != want {
+		t.Errorf("RateLimit-Policy = %q, want %q", got, want)
+	}
+	if got, want := rec.Header().Get("RateLimit"), `"gcra";r=2;t=20, "gcra-2";r=0;t=60`; got != want {
+		t.Errorf("RateLimit = %q, want %q", got, want)
+	}
+	if got := rec.Header().Get("X-RateLimit-Limit") + "/" + rec.Header().Get("X-RateLimit-Remaining"); got != "1/0" {
+		t.Errorf("X-RateLimit-Limit/Remaining = %s, want the inner, most restrictive 1/0", got)
+	}
+	rec = serve() // the inner denies
+	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "60" {
+		t.Errorf("inner denial: status %d, Retry-After %q; want 429, 60", rec.Code, rec.Header().Get("Retry-After"))
+	}
+	if got, want := rec.Header().Get("RateLimit"), `"gcra";r=1;t=40, "gcra-2";r=0;t=60`; got != want {
+		t.Errorf("RateLimit = %q, want %q", got, want)
+	}
+	if n := len(rec.Header().Values("RateLimit")); n != 1 {
+		t.Errorf("%d RateLimit fields, want one list", n)
+	}
+}
+
+// The problem details say "1 second", "2 seconds".
+func TestProblemDetailGrammar(t *testing.T) {
+	for _, c := range []struct {
+		retry time.Duration
+		want  string
+	}{
+		{time.Second, "retry in 1 second."},
+		{1500 * time.Millisecond, "retry in 2 seconds."},
+		{time.Minute, "retry in 60 seconds."},
+	} {
+		rec := httptest.NewRecorder()
+		DenyProblem(rec, nil, core.Result{RetryAfter: c.retry, Rule: "r"})
+		var p struct{ Detail string }
+		if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasSuffix(p.Detail, c.want) {
+			t.Errorf("RetryAfter %s: detail %q, want it to end %q", c.retry, p.Detail, c.want)
+		}
+	}
+}
+
+// Names taken by an outer middleware, escaped ones included, are not
+// reused: the added rules get the first free suffix.
+func TestAddItemsDistinctNames(t *testing.T) {
+	h := http.Header{}
+	h.Set("RateLimit-Policy", `"a\"b";q=1;w=1, "x";q=2;w=3, "x-2";q=1;w=1`)
+	h.Set("RateLimit", `"a\"b";r=0;t=1, "x";r=1;t=2, "x-2";r=1;t=1`)
+	rules := []core.RuleResult{rule(`a"b`, 5, time.Minute), rule("x", 5, time.Minute), rule("y", 5, time.Minute)}
+	for i := range rules {
+		rules[i].Remaining = 4
+	}
+	setHeaders(h, HeadersDraft, core.Result{Allowed: true, Rules: rules}, "", time.Now())
+	want := `"a\"b";q=1;w=1, "x";q=2;w=3, "x-2";q=1;w=1, "a\"b-2";q=5;w=60, "x-3";q=5;w=60, "y";q=5;w=60`
+	if got := h.Get("RateLimit-Policy"); got != want {
+		t.Errorf("RateLimit-Policy = %s, want %s", got, want)
+	}
+	if got := items(t, h.Get("RateLimit")); len(got) != 6 || got["x-3"]["r"] != 4 {
+		t.Errorf("RateLimit = %s", h.Get("RateLimit"))
+	}
+}
