@@ -59,9 +59,23 @@ func (a Algorithm) valid() bool {
 // be 0 or equal to Rate.
 //
 // Period must be at least one millisecond and a whole number of microseconds.
-// Decisions are made in integer microseconds; only a limit so large that
-// Burst×Period in microseconds no longer fits exactly in a float64 (far beyond
-// a million events a day) falls back to milliseconds.
+// Decisions are made in integer microseconds, except where a limit's
+// arithmetic would pass 2^50 (the bound under which every sum of the
+// scripts stays exact in a Lua number): then the clock is read in whole
+// milliseconds. With P the Period in microseconds, that is
+//
+//   - for LeakyBucket, TokenBucket and GCRA, which keep debt in units of
+//     1/Rate of a tick, when Burst × P / gcd(Rate, P) > 2^50: PerDay(13033)
+//     or PerHour(400009), not PerDay(1000000) (gcd 10^6);
+//   - for SlidingWindowCounter, which compares counts × P, when
+//     2 × Rate × P > 2^50: PerDay(6516) or PerHour(156375) and above;
+//   - for FixedWindow and SlidingWindowLog, never: they compare counts and
+//     microsecond times, and a SlidingWindowLog holds exactly in every
+//     trailing window at every valid limit.
+//
+// A limit that does not stay exact in milliseconds either (a rate or burst
+// above 2^50, or a whole refill, or two periods, longer than 2^50µs, about
+// 35 years) is ErrInvalidLimit.
 type Limit struct {
 	Rate   int
 	Period time.Duration
