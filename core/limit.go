@@ -15,8 +15,10 @@ type Algorithm string
 //   - FixedWindow counts events per aligned window of Period. Cheapest, but it
 //     admits up to 2×Rate across a window edge (Rate at the end of one window,
 //     Rate again at the start of the next).
-//   - SlidingWindowLog keeps one sorted-set entry per admitted event: exact for
-//     any trailing window, memory O(Rate) per key.
+//   - SlidingWindowLog keeps one sorted-set entry per admitted request,
+//     carrying its cost: exact for any trailing window, memory O(requests
+//     in the window) per key (at most Rate), and a request's work in Redis
+//     does not grow with its cost.
 //   - SlidingWindowCounter weights the previous window's count by its overlap
 //     with the trailing window: O(1) memory, approximate (see the README for
 //     the worst case).

@@ -260,15 +260,16 @@ func (c *compiledRule) withMaxDelay(d time.Duration) {
 // changed in a way that earlier builds' keys must not be read as; their
 // keys then carry another fingerprint, are never read, and expire on
 // their own TTL. TokenBucket and LeakyBucket keep GCRA's TAT (their
-// earlier "<t>:<x>" would read as one). SlidingWindowLog's expiry is
-// kept within a cell (an earlier key's expiry, the instant its newest
-// event left, would be kept too, and end before a new event left), and
-// its times are microseconds at every limit (an earlier key of a large
-// limit holds milliseconds).
+// earlier "<t>:<x>" would read as one). SlidingWindowLog keeps one
+// member per request, named by its running sum of costs (an earlier key's
+// members, one per event named "<time>:<index>", would not read as such
+// numbers), with its expiry kept within a cell; and its times are
+// microseconds at every limit (an earlier key of a large limit holds
+// milliseconds).
 var stateForm = map[Algorithm]string{
 	TokenBucket:      "tat",
 	LeakyBucket:      "tat",
-	SlidingWindowLog: "cell-us",
+	SlidingWindowLog: "numbered",
 }
 
 // fingerprint returns a short hash of the rules: name, algorithm, rate,
