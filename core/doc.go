@@ -28,10 +28,10 @@
 // See the Algorithm constants. In short: TokenBucket or GCRA for APIs (a
 // burst, then a steady rate); LeakyBucket to smooth work to a steady pace
 // (it delays instead of rejecting); SlidingWindowLog when a limit must hold
-// exactly over every trailing window (memory grows with the rate);
-// SlidingWindowCounter for a cheap close approximation; FixedWindow for the
-// cheapest count per calendar window when twice the rate across a window
-// edge is acceptable.
+// exactly over every trailing window (memory grows with the requests in
+// the window); SlidingWindowCounter for a cheap close approximation;
+// FixedWindow for the cheapest count per calendar window when twice the
+// rate across a window edge is acceptable.
 //
 // # Arithmetic
 //

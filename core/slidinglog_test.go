@@ -240,3 +240,36 @@ func TestSlidingLogMatchesTwinWithClockSteps(t *testing.T) {
 		})
 	}
 }
+
+// At the largest valid limits the log's numbers, times and durations stay
+// exact: in Redis's own Lua, and against the twin through a renumbering.
+func TestSlidingLogExtremeLimits(t *testing.T) {
+	limits := []Limit{
+		{Rate: 1 << 50, Period: time.Millisecond},
+		{Rate: 1 << 50, Period: 1 << 49 * time.Microsecond},
+		{Rate: 3, Period: 1 << 49 * time.Microsecond},
+	}
+	c := redistest.Client(t)
+	ctx := context.Background()
+	for _, l := range limits {
+		lim := newOn(t, c, SlidingWindowLog, l)
+		c.Del(ctx, lim.keys("k")...)
+		if r, err := lim.AllowN(ctx, "k", l.Rate); err != nil || !r.Allowed || r.Remaining != 0 {
+			t.Fatalf("%s: AllowN(Rate): %+v %v", l, r, err)
+		}
+		r, err := lim.Peek(ctx, "k")
+		if err != nil || r.Allowed || r.RetryAfter <= 0 || r.RetryAfter > l.Period {
+			t.Fatalf("%s: Peek after Rate: %+v %v", l, r, err)
+		}
+	}
+	for _, l := range limits {
+		clk, lim, twin := withTwin(t, Rule{Name: "log", Algorithm: SlidingWindowLog, Limit: l})
+		step := stepTwin(t, clk, lim, twin, "k")
+		now := clk.now
+		for i := 0; i < 12 && !t.Failed(); i++ { // 4×10^15 events: one renumbering at least
+			step(now, l.Rate/2, fmt.Sprintf("%s: Rate/2 at step %d", l, i))
+			step(now, l.Rate/2+1, fmt.Sprintf("%s: Rate/2+1 at step %d", l, i))
+			now = now.Add(l.Period / 3)
+		}
+	}
+}
