@@ -28,22 +28,27 @@
 // See the Algorithm constants. In short: TokenBucket or GCRA for APIs (a
 // burst, then a steady rate); LeakyBucket to smooth work to a steady pace
 // (it delays instead of rejecting); SlidingWindowLog when a limit must hold
-// exactly over every trailing window (memory grows with the rate);
-// SlidingWindowCounter for a cheap close approximation; FixedWindow for the
-// cheapest count per calendar window when twice the rate across a window
-// edge is acceptable.
+// exactly over every trailing window (memory grows with the requests in
+// the window); SlidingWindowCounter for a cheap close approximation;
+// FixedWindow for the cheapest count per calendar window when twice the
+// rate across a window edge is acceptable.
 //
 // # Arithmetic
 //
 // Scripts compute in integers: time in microseconds, and for the meters
 // (LeakyBucket, TokenBucket, GCRA) debt kept in units of 1/Rate of a
 // microsecond, so an emission interval like one third of a second is
-// exact and PerSecond(10) leaves Remaining 9 after one event. Only limits
-// whose Burst × Period (in microseconds) would exceed 2^50 units fall back
-// to millisecond ticks or are rejected as ErrInvalidLimit; so are rates
-// beyond 2^50, and limits whose whole refill (the meters) or two periods
-// (the windows) would take more than 2^50µs, about 35 years, which no
-// reported duration could hold exactly.
+// exact and PerSecond(10) leaves Remaining 9 after one event. Only where a
+// limit's arithmetic would pass 2^50 is the clock read in whole
+// milliseconds: for a meter when Burst × P / gcd(Rate, P) > 2^50, and for
+// SlidingWindowCounter when 2 × Rate × P > 2^50, P the Period in
+// microseconds (PerDay(13033) and PerDay(6516) respectively); FixedWindow
+// and SlidingWindowLog, whose arithmetic has no such product, always
+// count microseconds (see Limit). Limits that pass 2^50 in milliseconds
+// too are rejected as ErrInvalidLimit; so are rates above 2^50, and
+// limits whose whole refill (the meters) or two periods (the windows)
+// would take more than 2^50µs, about 35 years, which no reported duration
+// could hold exactly.
 //
 // # Keys
 //

@@ -15,8 +15,10 @@ type Algorithm string
 //   - FixedWindow counts events per aligned window of Period. Cheapest, but it
 //     admits up to 2×Rate across a window edge (Rate at the end of one window,
 //     Rate again at the start of the next).
-//   - SlidingWindowLog keeps one sorted-set entry per admitted event: exact for
-//     any trailing window, memory O(Rate) per key.
+//   - SlidingWindowLog keeps one sorted-set entry per admitted request,
+//     carrying its cost: exact for any trailing window, memory O(requests
+//     in the window) per key (at most Rate), and a request's work in Redis
+//     does not grow with its cost.
 //   - SlidingWindowCounter weights the previous window's count by its overlap
 //     with the trailing window: O(1) memory, approximate (see the README for
 //     the worst case).
@@ -59,9 +61,23 @@ func (a Algorithm) valid() bool {
 // be 0 or equal to Rate.
 //
 // Period must be at least one millisecond and a whole number of microseconds.
-// Decisions are made in integer microseconds; only a limit so large that
-// Burst×Period in microseconds no longer fits exactly in a float64 (far beyond
-// a million events a day) falls back to milliseconds.
+// Decisions are made in integer microseconds, except where a limit's
+// arithmetic would pass 2^50 (the bound under which every sum of the
+// scripts stays exact in a Lua number): then the clock is read in whole
+// milliseconds. With P the Period in microseconds, that is
+//
+//   - for LeakyBucket, TokenBucket and GCRA, which keep debt in units of
+//     1/Rate of a tick, when Burst × P / gcd(Rate, P) > 2^50: PerDay(13033)
+//     or PerHour(400009), not PerDay(1000000) (gcd 10^6);
+//   - for SlidingWindowCounter, which compares counts × P, when
+//     2 × Rate × P > 2^50: PerDay(6516) or PerHour(156375) and above;
+//   - for FixedWindow and SlidingWindowLog, never: they compare counts and
+//     microsecond times, and a SlidingWindowLog holds exactly in every
+//     trailing window at every valid limit.
+//
+// A limit that does not stay exact in milliseconds either (a rate or burst
+// above 2^50, or a whole refill, or two periods, longer than 2^50µs, about
+// 35 years) is ErrInvalidLimit.
 type Limit struct {
 	Rate   int
 	Period time.Duration

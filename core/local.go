@@ -2,7 +2,6 @@ package core
 
 import (
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,9 +49,9 @@ type localState struct {
 	present bool
 	expires int64 // microseconds; the state is dropped from then on
 
-	w, p, c int64   // FixedWindow (w, c), SlidingWindowCounter (w, p, c)
-	log     []int64 // SlidingWindowLog: event times, oldest first
-	t, v    int64   // meters: the TAT, t its whole ticks and v the remainder in units
+	w, p, c int64      // FixedWindow (w, c), SlidingWindowCounter (w, p, c), SlidingWindowLog (c: the events of log)
+	log     []logEntry // SlidingWindowLog: admitted requests, oldest first
+	t, v    int64      // meters: the TAT, t its whole ticks and v the remainder in units
 }
 
 // decision is one rule's answer; the fields match the Lua functions' returns.
@@ -313,34 +312,49 @@ func fixedWindow(s *localState, now, rate, period, n int64) decision {
 	return d
 }
 
+// logEntry is one admitted request of a SlidingWindowLog: its time and
+// its cost (a member of the sorted set, see lua/sliding_window_log.lua).
+type logEntry struct {
+	at, n int64
+}
+
 func slidingWindowLog(s *localState, now, rate, period, n int64) decision {
-	from := now - period
-	first := 0 // events at or before from have left the window
-	for first < len(s.log) && s.log[first] <= from {
+	var latest int64
+	if len(s.log) > 0 {
+		latest = s.log[len(s.log)-1].at
+	}
+	// Should the clock step back behind the newest request, the window
+	// still ends there, as in the script.
+	from := max(now, latest) - period
+	first, used := 0, s.c // requests at or before from have left the window
+	for first < len(s.log) && s.log[first].at <= from {
+		used -= s.log[first].n
 		first++
 	}
 	live := s.log[first:]
-	c := int64(len(live))
-	d := decision{avail: rate - c}
-	if c > 0 {
-		d.resetBefore = live[len(live)-1] + period - now
+	d := decision{avail: rate - used}
+	if len(live) > 0 {
+		d.resetBefore = latest + period - now
 	}
-	if c+n > rate {
-		d.retry = live[c+n-rate-1] + period - now
+	if used+n > rate {
+		need, left := used+n-rate, int64(0)
+		for _, e := range live {
+			if left += e.n; left >= need {
+				d.retry = e.at + period - now
+				break
+			}
+		}
 		return d
 	}
 	d.ok, d.resetAfter, d.after = true, period, d.avail-n
 	if d.resetBefore > period {
 		d.resetAfter = d.resetBefore
 	}
-	next := make([]int64, 0, len(live)+int(n))
-	next = append(next, live...)
-	for i := int64(0); i < n; i++ {
-		next = append(next, now)
-	}
-	// Redis keeps the set ordered by time; should the clock step back, so do we.
-	slices.Sort(next)
-	d.next = localState{log: next}
+	// Should the clock step back, the request counts from the newest one's
+	// time, as in the script. (Appending may write into s.log's spare
+	// capacity, beyond what s holds: s is replaced by next once all rules
+	// admit, and never reads past its own length.)
+	d.next = localState{log: append(live, logEntry{at: max(now, latest), n: n}), c: used + n}
 	return d
 }
 

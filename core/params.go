@@ -16,9 +16,10 @@ const maxExact = 1 << 50
 // compiledRule is a validated rule with the integer parameters its script
 // and its twin compute with.
 //
-// Time is counted in ticks of tick microseconds (1, or 1000 for limits too
-// large for microseconds). For the meter algorithms (LeakyBucket,
-// TokenBucket, GCRA) one event costs emission = period/rate ticks; to keep
+// Time is counted in ticks of tick microseconds: 1, or 1000 for a limit
+// whose arithmetic would not stay exact in microseconds (see fits and the
+// Limit doc). For the meter algorithms (LeakyBucket, TokenBucket, GCRA)
+// one event costs emission = period/rate ticks; to keep
 // it an integer, levels are kept in units of 1/rateUnits tick:
 //
 //	g          = gcd(Rate, periodTicks)
@@ -156,9 +157,16 @@ func compileRule(r Rule) (compiledRule, error) {
 // fits reports whether every quantity of c stays exact in a Lua number,
 // the durations it reports in microseconds included (a whole refill of a
 // bucket, two windows: at most 2^50µs, about 35 years).
+//
+// Only the meters compute with units, and only SlidingWindowCounter
+// multiplies counts by ticks: FixedWindow and SlidingWindowLog, which
+// compare counts and time stamps, always fit in microsecond ticks when
+// they fit at all, and never count in milliseconds.
 func (c *compiledRule) fits() bool {
-	if int64(c.Limit.Burst) > maxExact/c.eventUnits || c.periodTicks > maxExact ||
-		int64(c.Limit.Rate) > maxExact || c.rateUnits > maxExact {
+	if c.periodTicks > maxExact || int64(c.Limit.Rate) > maxExact {
+		return false
+	}
+	if !c.Algorithm.windowed() && (int64(c.Limit.Burst) > maxExact/c.eventUnits || c.rateUnits > maxExact) {
 		return false
 	}
 	longest := 2 * c.periodTicks // SlidingWindowCounter's reset, the most of the windows
@@ -264,13 +272,16 @@ func (c *compiledRule) withMaxDelay(d time.Duration) {
 // changed in a way that earlier builds' keys must not be read as; their
 // keys then carry another fingerprint, are never read, and expire on
 // their own TTL. TokenBucket and LeakyBucket keep GCRA's TAT (their
-// earlier "<t>:<x>" would read as one). SlidingWindowLog's expiry is
-// kept within a cell (an earlier key's expiry, the instant its newest
-// event left, would be kept too, and end before a new event left).
+// earlier "<t>:<x>" would read as one). SlidingWindowLog keeps one
+// member per request, named by its running sum of costs (an earlier key's
+// members, one per event named "<time>:<index>", would not read as such
+// numbers), with its expiry kept within a cell; and its times are
+// microseconds at every limit (an earlier key of a large limit holds
+// milliseconds).
 var stateForm = map[Algorithm]string{
 	TokenBucket:      "tat",
 	LeakyBucket:      "tat",
-	SlidingWindowLog: "cell",
+	SlidingWindowLog: "numbered",
 }
 
 // fingerprint returns a hash of the rules: name, algorithm, rate, period

@@ -1,86 +1,139 @@
 -- sliding_window_log.lua: SlidingWindowLog. A sorted set with one member per
--- admitted event, scored by its time: exact for every trailing window of
--- `period` ticks. Memory is O(rate) per key: up to rate members.
+-- admitted request, scored by its time, whatever its cost: exact for every
+-- trailing window of `period` ticks (microseconds: the log never counts in
+-- milliseconds, see core/params.go). Memory is O(requests) per key: one
+-- member for each request of the window, however many events it carries.
 --
--- KEYS: the rule's key, a sorted set; member "<time>:<index>", score <time>.
+-- KEYS: the rule's key, a sorted set; score the request's time, member its
+-- number: 5×10^15 plus the sum of the costs of every request the key has
+-- admitted, up to and including it. Numbers stay below 9×10^15 (see
+-- below), so every name has 16 digits and members of one score sort by
+-- number, as Redis sorts them by name. (The offset, rather than leading
+-- zeros, keeps every name a decimal integer as every Lua reads it, and as
+-- Redis stores it.)
 -- Params: a = rate (events per trailing period), b = period (ticks), c, d
 -- unused.
--- Returns the common shape (prelude.lua). An event at time s counts while
+-- Returns the common shape (prelude.lua). A request at time s counts while
 -- now < s + period.
+--
+-- Numbers grow with time and with rank: a request is scored now, or at the
+-- newest member's time when the clock stepped back behind it (it then
+-- counts until that member leaves: the step gives nothing back, and the
+-- window still ends at the newest member, so that no member that left it
+-- comes back). So the events in the window are the newest member's number
+-- less that of the newest member gone from the window (5×10^15 with none):
+-- two reads, whatever the window holds. The set keeps that member, the
+-- boundary, and every member older than it is removed (see below). RetryAfter, the time until
+-- enough weight has left, is the time of the first member of the window
+-- whose number, less the boundary's, reaches the excess: the oldest
+-- member, or a binary search by rank (each probe O(log N)). An admitted
+-- request writes one member: O(log N), whatever its cost.
+--
+-- Numbers stay below 9×10^15 (exact in a double, below 2^53): when one
+-- would reach it (after 4×10^15 events, once in a key's life at most
+-- rates) the window's members are numbered afresh, from 5×10^15 at the
+-- boundary, which then leaves the set: a write of every member of the
+-- window, once in 4×10^15 events.
 --
 -- As the meters' (see cell_ttl), the key's expiry is the end of a cell:
 -- the period-long cell, aligned to the Unix epoch, that holds the instant
--- its newest event leaves the window. A write whose newest event leaves in
--- the same cell as the one before it keeps that expiry, and also leaves
--- the events gone from the window in the set: both are done (PEXPIRE,
--- ZREMRANGEBYSCORE) once a cell, at its first write, instead of at every
--- write. An admitted event thus costs Redis three commands instead of
--- five (a fifth to a quarter of its work). The price: a key lives up to a
--- period longer than its events (its TTL is at most twice the period),
--- and the set holds up to a period's events more than the window (twice
--- the rate at most). No decision reads them: every count is by score.
--- (A key written by an earlier build, whose expiry was the instant its
--- newest event left, is never read as one of these: SlidingWindowLog
--- hashes "cell" into its fingerprint. One whose TTL was removed from
+-- its newest request leaves the window. A write whose newest request
+-- leaves in the same cell as the one before it keeps that expiry, and also
+-- leaves the members gone from the window in the set: both are done
+-- (PEXPIRE, ZREMRANGEBYSCORE) once a cell, at its first write, instead of
+-- at every write. The price: a key lives up to a period longer than its
+-- requests (its TTL is at most twice the period), and the set holds up to
+-- a period's requests more than the window. No decision counts them: the
+-- count is by number. (A key written by an earlier build, with a member
+-- per event, is never read as one of these: SlidingWindowLog hashes its
+-- state's form into its fingerprint. One whose TTL was removed from
 -- outside gets one at its first write in another cell.)
+
 local function sliding_window_log(key, now, rate, period, _, n, tick)
-  local from = int(now - period) -- events scored <= from have left the window
-  local c = call('ZCOUNT', key, '(' .. from, '+inf')
-  local reset_before = 0
-  local latest = -1 -- the newest member's time, when the window holds one
-  if c > 0 then
-    local newest = call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
-    latest = newest[2] + 0 -- a score, always a number (see policy.lua on tonumber)
-    reset_before = latest + period - now
+  local newest = call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
+  local total, latest = 5000000000000000, -1 -- the newest member's number and time
+  if newest[1] then
+    total, latest = newest[1] + 0, newest[2] + 0 -- a score, always a number (see policy.lua on tonumber)
   end
-  if c + n > rate then
-    -- the (c+n-rate)-th oldest event in the window must leave first
-    local e = call('ZRANGEBYSCORE', key, '(' .. from, '+inf', 'WITHSCORES', 'LIMIT', int(c + n - rate - 1), '1')
-    return false, rate - c, e[2] + period - now, reset_before, 0, 0, nil
+  -- members scored <= from have left the window; when the clock stepped
+  -- back behind the newest member, the window still ends there
+  local from = now - period
+  if latest > now then
+    from = latest - period
+  end
+  -- base: the boundary's number; gone: its name (nil with no boundary)
+  local base, gone = 5000000000000000, nil
+  local used, reset_before = 0, 0
+  if latest > from then
+    local b = call('ZREVRANGEBYSCORE', key, int(from), '-inf', 'LIMIT', '0', '1')[1]
+    if b then
+      base, gone = b + 0, b
+    end
+    used = total - base
+    reset_before = latest + period - now
+  elseif newest[1] then
+    base, gone = total, newest[1]
+  end
+  if used + n > rate then
+    -- the first member of the window whose number, less base, reaches need
+    local need = used + n - rate
+    local e = call('ZRANGEBYSCORE', key, '(' .. int(from), '+inf', 'WITHSCORES', 'LIMIT', '0', '1')
+    local at = e[2]
+    if e[1] - base < need then
+      -- e fails; the newest member (rank hi) holds used >= need
+      local lo = call('ZCOUNT', key, '-inf', int(from)) + 1
+      local hi = call('ZCARD', key) - 1
+      at = newest[2]
+      while lo < hi do
+        local mid = idiv(lo + hi, 2)
+        local m = call('ZRANGE', key, int(mid), int(mid), 'WITHSCORES')
+        if m[1] - base >= need then
+          hi, at = mid, m[2]
+        else
+          lo = mid + 1
+        end
+      end
+    end
+    return false, rate - used, at + period - now, reset_before, 0, 0, nil
   end
   local reset_after = period
   if reset_before > period then
     reset_after = reset_before
   end
-  -- the instant the newest event leaves, now and as of the last write
-  -- (when the window holds its event)
+  -- the instant the newest request leaves, now and as of the last write
+  -- (when the window holds its request)
   local was
-  if latest >= 0 then
+  if latest > from then
     was = latest + period
   end
   local keep, ttl = cell_ttl(was, now + reset_after, now, period)
-  return true, rate - c, 0, reset_before, reset_after, 0, function()
-    if not keep then
-      call('ZREMRANGEBYSCORE', key, '-inf', from)
+  return true, rate - used, 0, reset_before, reset_after, 0, function()
+    local at = now
+    if latest > now then
+      at = latest -- the clock stepped back: see the top of this file
     end
-    -- Members of one time are told apart by index, counted from the members
-    -- that time already has (none of them is ever removed while it is now,
-    -- even if the clock stepped back to it), so "<time>:<base+i>" is new.
-    -- Unless the newest member is of now or later (several requests in one
-    -- microsecond, or the clock stepped back), no member is of now: no
-    -- need to count them.
-    -- ZADD in chunks keeps unpack below Lua's stack limit for large costs.
-    local t = int(now)
-    local base = 0
-    if latest >= now then
-      base = call('ZCOUNT', key, t, t)
-    end
-    if n == 1 then
-      call('ZADD', key, t, t .. ':' .. int(base)) -- the common case, without a table
-    else
-      local i = 0
-      while i < n do
+    local number = total + n
+    if number >= 9000000000000000 then -- number the window afresh
+      local rows = call('ZRANGEBYSCORE', key, '(' .. int(from), '+inf', 'WITHSCORES')
+      call('DEL', key)
+      -- ZADD in chunks keeps unpack below Lua's stack limit
+      local i = 1
+      while i <= #rows do
         local args = {}
         local j = 0
-        while i < n and j < 200 do
-          args[j + 1] = t
-          args[j + 2] = t .. ':' .. int(base + i)
-          i = i + 1
+        while i <= #rows and j < 200 do
+          args[j + 1] = rows[i + 1]
+          args[j + 2] = int(rows[i] - base + 5000000000000000)
+          i = i + 2
           j = j + 2
         end
         call('ZADD', key, unpack(args))
       end
+      number, keep = used + n + 5000000000000000, false
+    elseif gone and not keep then
+      call('ZREMRANGEBYSCORE', key, '-inf', '(' .. call('ZSCORE', key, gone))
     end
+    call('ZADD', key, int(at), int(number))
     if not keep then
       call('PEXPIRE', key, ttl_ms(ttl, tick))
     end
