@@ -13,8 +13,9 @@ import (
 // A decision whose reply is lost after the script ran (the connection is
 // closed, reset, or hangs until the read times out) fails; it is never sent
 // again, by go-redis's retries (MaxRetries, 3 by default) or by sluice: each
-// decision counts once at Redis. Both paths are covered: the batcher's
-// pipelines (a default client) and the inline send (ContextTimeoutEnabled).
+// decision counts once at Redis. Every path is covered: the batcher's
+// pipelines (a default client), the inline send (ContextTimeoutEnabled),
+// and a Ring (one script call per decision, through its shard's client).
 func TestLostReplyCountsOnce(t *testing.T) {
 	modes := []struct {
 		name string
@@ -24,17 +25,31 @@ func TestLostReplyCountsOnce(t *testing.T) {
 		{"reset", redistest.LostReset},
 		{"hang", redistest.LostHang},
 	}
-	for _, inline := range []bool{false, true} {
+	clients := []struct {
+		name   string
+		inline bool
+		new    func(p *redistest.Proxy) redis.UniversalClient
+	}{
+		{"client", false, func(p *redistest.Proxy) redis.UniversalClient {
+			return redis.NewClient(&redis.Options{Addr: p.Addr, ReadTimeout: 300 * time.Millisecond})
+		}},
+		{"inline", true, func(p *redistest.Proxy) redis.UniversalClient {
+			return redis.NewClient(&redis.Options{Addr: p.Addr, ContextTimeoutEnabled: true, ReadTimeout: 300 * time.Millisecond})
+		}},
+		{"ring", false, func(p *redistest.Proxy) redis.UniversalClient {
+			return redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"one": p.Addr}, ReadTimeout: 300 * time.Millisecond})
+		}},
+	}
+	for _, cl := range clients {
 		for _, m := range modes {
-			t.Run(fmt.Sprintf("inline=%v/%s", inline, m.name), func(t *testing.T) {
+			t.Run(cl.name+"/"+m.name, func(t *testing.T) {
 				p := redistest.StartProxy(t, redistest.Options(t).Addr)
-				c := redis.NewClient(&redis.Options{Addr: p.Addr, ContextTimeoutEnabled: inline,
-					ReadTimeout: 300 * time.Millisecond})
+				c := cl.new(p)
 				defer c.Close()
 				lim := newOn(t, c, FixedWindow, PerHour(1000), WithTimeout(2*time.Second),
-					WithHealthCheck(0, 0), WithPrefix(fmt.Sprintf("lost-%s-%v-%d", m.name, inline, time.Now().UnixNano())))
-				if inline != lim.batch.inline {
-					t.Fatalf("inline path: %v, want %v", lim.batch.inline, inline)
+					WithHealthCheck(0, 0), WithPrefix(fmt.Sprintf("lost-%s-%s-%d", cl.name, m.name, time.Now().UnixNano())))
+				if lim.batch.inline != cl.inline {
+					t.Fatalf("inline path: %v, want %v", lim.batch.inline, cl.inline)
 				}
 				ctx := context.Background()
 				loadScript(t, c)
@@ -46,7 +61,7 @@ func TestLostReplyCountsOnce(t *testing.T) {
 						failed++
 					}
 				}
-				v, err := c.Get(ctx, lim.keys("k")[0]).Result()
+				v, err := redistest.Client(t).Get(ctx, lim.keys("k")[0]).Result()
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -93,5 +108,52 @@ func TestLostRepliesNeverOverAdmit(t *testing.T) {
 	}
 	if failed != 10 {
 		t.Errorf("%d decisions failed; want the 10 whose replies were lost", failed)
+	}
+}
+
+// The same through a ClusterClient, whose pipelines and commands go
+// through go-redis's cluster code (its own MOVED/ASK and retry loops):
+// every connection to every node passes the proxy (Dial).
+func TestLostReplyCountsOnceOnCluster(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	direct := cl.Client(t)
+	modes := []struct {
+		name string
+		mode redistest.LostMode
+	}{
+		{"close", redistest.LostClose},
+		{"hang", redistest.LostHang},
+	}
+	for _, inline := range []bool{false, true} {
+		for _, m := range modes {
+			t.Run(fmt.Sprintf("inline=%v/%s", inline, m.name), func(t *testing.T) {
+				p := redistest.StartProxy(t, cl.Nodes[0].Addr)
+				c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), Dialer: p.Dial,
+					ContextTimeoutEnabled: inline, ReadTimeout: 300 * time.Millisecond})
+				defer c.Close()
+				lim := newOn(t, c, FixedWindow, PerHour(1000), WithTimeout(2*time.Second), WithHealthCheck(0, 0),
+					WithPrefix(fmt.Sprintf("lost-cluster-%s-%v-%d", m.name, inline, time.Now().UnixNano())))
+				ctx := context.Background()
+				if _, err := lim.Allow(ctx, "k"); err != nil { // the topology and the script, loaded
+					t.Fatal(err)
+				}
+				const decisions = 6
+				failed := 0
+				for i := 0; i < decisions; i++ {
+					p.LoseReplies(1, m.mode, "evalsha")
+					if _, err := lim.Allow(ctx, "k"); err != nil {
+						failed++
+					}
+				}
+				v, err := direct.Get(ctx, lim.keys("k")[0]).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if n := fwCount(v); n != 1+decisions || failed != decisions {
+					t.Errorf("1 decision, then %d each with its reply lost (%d lost by the proxy): Redis counted %d, %d failed; want %d counted, %d failed",
+						decisions, p.Lost(), n, failed, 1+decisions, decisions)
+				}
+			})
+		}
 	}
 }

@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"bytes"
+	"context"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -17,7 +18,8 @@ import (
 // requests and connections that follow (Hang: to those already open).
 //
 // A request is one chunk read from the client: go-redis writes a command,
-// or a whole pipeline, in one write.
+// or a whole pipeline, in one write. Clients dial Addr, which forwards to
+// one server, or connect through Dial, to any.
 type Proxy struct {
 	// Addr is the address clients dial.
 	Addr string
@@ -95,13 +97,34 @@ func (p *Proxy) accept() {
 			cl.Close()
 			continue
 		}
-		c := &proxyConn{client: cl, server: srv}
-		p.mu.Lock()
-		p.conns = append(p.conns, c)
-		p.mu.Unlock()
-		go p.requests(c)
-		go p.replies(c)
+		p.serve(cl, srv)
 	}
+}
+
+// serve forwards between a client's connection and its connection to Redis.
+func (p *Proxy) serve(cl, srv net.Conn) {
+	c := &proxyConn{client: cl, server: srv}
+	p.mu.Lock()
+	p.conns = append(p.conns, c)
+	p.mu.Unlock()
+	go p.requests(c)
+	go p.replies(c)
+}
+
+// Dial is a go-redis Dialer (Options.Dialer, ClusterOptions.Dialer) that
+// connects to addr, whichever node it is, through the proxy: every
+// connection of a cluster client then meets the proxy's faults. The
+// client's side is an in-memory pipe (net.Pipe), so LostReset closes it
+// as LostClose does.
+func (p *Proxy) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	srv, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	mine, theirs := net.Pipe()
+	p.serve(mine, srv)
+	return theirs, nil
 }
 
 // requests forwards the client's requests to Redis, marking the one whose
