@@ -128,3 +128,37 @@ func TestHungConnectionsDoNotStarveTheProbe(t *testing.T) {
 		<-errs
 	}
 }
+
+// With the breaker on (three failures open it), the decisions lost on hung
+// connections open it, and its probe's PING, answered on a healthy
+// connection, closes it again: decisions succeed again long before the
+// hung reads end (a minute here).
+func TestHungConnectionsBreakerRecovers(t *testing.T) {
+	p := redistest.StartProxy(t, redistest.Options(t).Addr)
+	c := redis.NewClient(&redis.Options{Addr: p.Addr, ReadTimeout: time.Minute})
+	defer c.Close()
+	var unhealthy atomic.Int32
+	lim := newOn(t, c, FixedWindow, PerHour(1_000_000), WithTimeout(100*time.Millisecond),
+		WithFailureMode(FailClosed), WithHealthHook(func(h Health, _ error) {
+			if h == Unhealthy {
+				unhealthy.Add(1)
+			}
+		}),
+		WithPrefix(fmt.Sprintf("hung-breaker-%d", time.Now().UnixNano())))
+	loadScript(t, c)
+	warmPool(t, c, p, 4)
+	p.HangOpen()
+	ok, failed := 0, 0
+	for deadline := time.Now().Add(20 * time.Second); ok < 100 && time.Now().Before(deadline); {
+		if _, err := lim.Allow(context.Background(), "k"); err != nil {
+			failed++
+			time.Sleep(time.Millisecond) // while the breaker is open, answers come at once
+		} else {
+			ok++
+		}
+	}
+	t.Logf("%d succeeded, %d failed; the breaker opened %d times", ok, failed, unhealthy.Load())
+	if ok < 100 {
+		t.Errorf("with 4 of the pool's connections hung: %d decisions succeeded, %d failed in 20s; want 100 succeeded, before the hung reads end (a minute)", ok, failed)
+	}
+}
