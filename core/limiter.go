@@ -283,23 +283,23 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	return c.err
 }
 
-// probe is the health probe: a PING through the batcher, then a write of
-// what decisions write, a SET with a TTL (of one second), under the
-// limiter's prefix. A PING alone is answered by a Redis that refuses every
-// admission: a replica (READONLY), a master short of replicas under
-// min-replicas-to-write (NOREPLICAS), one out of memory under noeviction
-// (OOM). On a Cluster the write reaches one node only, that of the probe
-// key's slot.
+// probe is the health probe: a write of what decisions write, a SET with
+// a TTL (of one second) under the limiter's prefix, sent through the
+// batcher so that its wait is bounded like a decision's (a PING or a SET
+// sent on the client directly could hang on a dead pooled connection for
+// the client's ReadTimeout). A PING alone is answered by a Redis that
+// refuses every admission: a replica (READONLY), a master short of
+// replicas under min-replicas-to-write (NOREPLICAS), one out of memory
+// under noeviction (OOM). On a Cluster the write reaches one node only,
+// that of the probe key's slot.
 func (l *Limiter) probe(ctx context.Context) error {
-	c := getCall(callPing) // not put back: see Reset
+	c := getCall(callProbe) // not put back: see Reset
+	c.keys = append(c.keys[:0], keyArg{b: []byte(l.probeKey)})
 	_, err := l.batch.do(ctx, 0, c)
-	if err == nil {
-		err = c.err
-	}
 	if err != nil {
 		return err
 	}
-	return l.batch.client.Set(ctx, l.probeKey, "1", time.Second).Err()
+	return c.err
 }
 
 // decide asks Redis, or the failure mode when Redis cannot be asked.

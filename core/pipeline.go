@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,6 +23,14 @@ import (
 // timer holds a call back: a lone caller is sent immediately, and a crowd
 // is batched naturally by the round trip it waits for.
 //
+// At most flushers run at once, not counting those whose batch has been
+// out for stallAfter (stalled: on a hung connection, most likely), and at
+// most stalls of those (the client's pool size): a flusher stuck in a read
+// on a dead connection leaves its place to a new one, so hung connections
+// short of the whole pool hold back no decision on the others (see room).
+// Flushers are started by do and the watchdog (expire), and end themselves
+// once nothing is pending or in flight (flush).
+//
 // Because the caller waits on a channel rather than on the connection, its
 // deadline holds whatever the client's own timeouts are (go-redis ignores
 // context deadlines on reads unless ContextTimeoutEnabled is set): one
@@ -36,7 +45,8 @@ import (
 // flusher as usual.
 type batcher struct {
 	client    redis.UniversalClient
-	flushers  int // flushers running at once (see newBatcher)
+	flushers  int // flushers running at once, not counting stalled sends (see newBatcher)
+	stalls    int // stalled sends that may be out at once beyond flushers (see room)
 	maxBatch  int
 	execLimit time.Duration // bound of one pipeline's context
 	inline    bool          // the client enforces context deadlines
@@ -47,7 +57,7 @@ type batcher struct {
 	mu        sync.Mutex
 	pending   []*call
 	spare     []*call        // an emptied batch, reused as the next pending slice
-	active    int            // flushers running, and a caller sending inline
+	active    int            // flushers running (stalled ones too), and a caller sending inline
 	parked    int            // flushers waiting on wake for another batch (see flush)
 	wake      chan bool      // to a parked flusher: true, send; false, exit
 	inflight  int            // calls in batches being sent, until their flusher next takes mu
@@ -191,6 +201,7 @@ const (
 	callScript callKind = iota
 	callDel
 	callPing
+	callProbe // the health probe's write: SET <its key> 1 PX 1000
 )
 
 // grouping says which decisions of a batch may share one script call: a
@@ -212,8 +223,9 @@ func newBatcher(client redis.UniversalClient, rules int, ruleArgs []interface{})
 	// ContextTimeoutEnabled 165k against 140k; 1, 16 and 256 callers
 	// within the runs' spread.
 	b := &batcher{client: client, flushers: 3, maxBatch: 512, execLimit: 30 * time.Second,
-		inline: enforcesDeadlines(client), rules: rules, ruleArgs: ruleArgs, grouping: groupNone}
-	b.wake = make(chan bool, 2*b.flushers)
+		inline: enforcesDeadlines(client), rules: rules, ruleArgs: ruleArgs, grouping: groupNone,
+		stalls: poolSize(client)}
+	b.wake = make(chan bool, b.flushers+b.stalls)
 	b.failed.dials = watchDials(client)
 	switch client.(type) {
 	case *redis.Client:
@@ -222,6 +234,25 @@ func newBatcher(client redis.UniversalClient, rules int, ruleArgs []interface{})
 		b.grouping = groupSlot
 	}
 	return b
+}
+
+// poolSize returns how many connections client keeps per server: as many
+// sends as may be stalled at once, each on a connection of its own (see
+// room).
+func poolSize(client redis.UniversalClient) int {
+	n := 0
+	switch c := client.(type) {
+	case *redis.Client:
+		n = c.Options().PoolSize
+	case *redis.ClusterClient:
+		n = c.Options().PoolSize
+	case *redis.Ring:
+		n = c.Options().PoolSize
+	}
+	if n <= 0 {
+		n = 10 * runtime.GOMAXPROCS(0) // go-redis's default
+	}
+	return n
 }
 
 // enforcesDeadlines reports whether go-redis itself ends a command at its
@@ -271,8 +302,8 @@ func (b *batcher) do(ctx context.Context, timeout time.Duration, c *call) (answe
 	if start {
 		b.active++
 		start = b.handOver()
-	} else if b.active < b.flushers {
-		b.holdBack()
+	} else {
+		b.holdBack(now)
 	}
 	// Deadlines mostly come in arrival order, but not always (the health
 	// probe's is its context's): the watchdog fires at the earliest.
@@ -378,8 +409,8 @@ func (b *batcher) expire() {
 		}
 		b.arm(next)
 	}
-	if !start && len(b.pending) > 0 && b.active < b.flushers {
-		b.holdBack()
+	if !start && len(b.pending) > 0 {
+		b.holdBack(now)
 	}
 	b.mu.Unlock()
 	if start {
@@ -422,6 +453,8 @@ func (b *batcher) sendInline(c *call) (bool, error) {
 		c.err = b.client.Del(ctx, keyStrings(c.keys)...).Err()
 	case callPing:
 		c.err = b.client.Ping(ctx).Err()
+	case callProbe:
+		c.err = b.client.Set(ctx, keyStrings(c.keys)[0], "1", time.Second).Err()
 	}
 	b.mu.Lock()
 	start := len(b.pending) > 0
@@ -467,46 +500,70 @@ func (b *batcher) releaseParked() {
 
 // canStart reports whether a flusher may start on what is pending now, with
 // b.mu held. With nothing in flight, always: a lone caller is sent at once.
-// With a batch in flight, only once mayGo.
+// With a batch in flight, only if there is room (see room) and once mayGo.
 func (b *batcher) canStart(now time.Time) bool {
-	return b.active < b.flushers && (b.active == 0 || b.mayGo(now))
+	return b.room(now) && (b.active == 0 || b.mayGo(now))
+}
+
+// room reports whether another flusher may start, with b.mu held: fewer
+// than flushers are running, not counting those whose batch has stalled
+// (been out for stallAfter), and at most stalls of those.
+//
+// A stalled send holds no place: a connection that silently stopped
+// forwarding (a NAT or load balancer that dropped its state) holds its
+// flusher in a read until the client's ReadTimeout, since go-redis ignores
+// context deadlines on reads unless ContextTimeoutEnabled is set. Were it
+// to keep its place, a few hung pooled connections would stop every
+// decision, and the health probe's PING, while Redis answers on every
+// other connection. Each stalled send holds a connection of its own, so
+// no more of them may be out than the pool has connections: the flushers
+// running are at most flushers + stalls.
+func (b *batcher) room(now time.Time) bool {
+	if b.active < b.flushers {
+		return true
+	}
+	if b.active >= b.flushers+b.stalls {
+		return false
+	}
+	stalled := 0
+	for _, x := range b.scratches {
+		if x.batch != nil && now.Sub(x.sentAt) >= stallAfter {
+			stalled++
+		}
+	}
+	return b.active-stalled < b.flushers
 }
 
 // mayGo reports whether what is pending may go while other batches are in
-// flight, with b.mu held: once as many calls are pending as are in flight,
-// or once a batch has been out for stallAfter. Redis runs one script call
-// after the other, so a second pipeline sent early would only queue behind
-// the first; a few calls sent alone would each pay a whole script call and
-// round trip, and hold a flusher that a larger batch could use. (Measured
-// at 64 callers: a fifth of the batches were single calls without this,
-// and 15-25% fewer decisions per second.) What does not go now goes when
-// the batch in flight returns, or when the watchdog finds it stalled: a
-// pipeline hung on a dead connection must not hold back every call behind
-// it while another connection could answer.
+// flight, with b.mu held: once as many calls are pending as are in flight
+// in batches that have not stalled (been out for stallAfter). Redis runs
+// one script call after the other, so a second pipeline sent early would
+// only queue behind the first; a few calls sent alone would each pay a
+// whole script call and round trip, and hold a flusher that a larger batch
+// could use. (Measured at 64 callers: a fifth of the batches were single
+// calls without this, and 15-25% fewer decisions per second.) What does
+// not go now goes when a batch in flight returns, or when the watchdog
+// finds it stalled (see holdBack): a pipeline hung on a dead connection
+// must not hold back every call behind it while another connection could
+// answer.
 func (b *batcher) mayGo(now time.Time) bool {
 	if b.inflight == 0 || len(b.pending) >= b.inflight {
 		return true
 	}
-	sent, ok := b.oldestSent()
-	return ok && now.Sub(sent) >= stallAfter
+	live := b.inflight
+	for _, x := range b.scratches {
+		if x.batch != nil && now.Sub(x.sentAt) >= stallAfter {
+			live -= len(x.batch)
+		}
+	}
+	return len(b.pending) >= live
 }
 
 // stallAfter is how long a batch may be out before the calls behind it
-// stop waiting for it to return: well beyond a round trip of a large batch
-// (about 1ms at 256 callers on the machine of BENCHMARKS.md).
+// stop waiting for it to return, and before it stops holding a flusher's
+// place (see room): well beyond a round trip of a large batch (about 1ms
+// at 256 callers on the machine of BENCHMARKS.md).
 const stallAfter = 5 * time.Millisecond
-
-// oldestSent returns when the oldest batch in flight was sent, with b.mu
-// held.
-func (b *batcher) oldestSent() (time.Time, bool) {
-	var sent time.Time
-	for _, x := range b.scratches {
-		if x.batch != nil && (sent.IsZero() || x.sentAt.Before(sent)) {
-			sent = x.sentAt
-		}
-	}
-	return sent, !sent.IsZero()
-}
 
 // endIdleSends ends the context of every batch being sent in which no call
 // waits any more, with b.mu held: go-redis then stops waiting for a
@@ -530,13 +587,21 @@ func (b *batcher) endIdleSends() {
 	}
 }
 
-// holdBack makes the watchdog look again when the batch in flight will
-// count as stalled, with b.mu held, for a call that pending could not send.
-func (b *batcher) holdBack() {
-	if sent, ok := b.oldestSent(); ok {
-		if at := sent.Add(stallAfter); !b.watching || at.Before(b.watchAt) {
-			b.arm(at)
+// holdBack makes the watchdog look again when the next batch in flight
+// will count as stalled, with b.mu held, for a call that pending could not
+// send at now.
+func (b *batcher) holdBack(now time.Time) {
+	var sent time.Time
+	for _, x := range b.scratches {
+		if x.batch != nil && now.Sub(x.sentAt) < stallAfter && (sent.IsZero() || x.sentAt.Before(sent)) {
+			sent = x.sentAt
 		}
+	}
+	if sent.IsZero() {
+		return // none left to stall: a flusher returning, or a deadline, comes next
+	}
+	if at := sent.Add(stallAfter); !b.watching || at.Before(b.watchAt) {
+		b.arm(at)
 	}
 }
 
@@ -571,7 +636,7 @@ func (b *batcher) flush() {
 		if len(b.pending) == 0 || b.active > 1 && !b.mayGo(time.Now()) {
 			b.active--
 			if len(b.pending) > 0 {
-				b.holdBack() // in case the batch in flight stalls
+				b.holdBack(time.Now()) // in case the batch in flight stalls
 			}
 			b.scratch = append(b.scratch, x)
 			if b.active == 0 {
@@ -695,7 +760,7 @@ func (c *execContext) Err() error {
 // batch travel in as few script calls as the client allows (see grouping):
 // one script call decides many requests, each all or nothing and in order,
 // so Redis pays the cost of starting a script once per group rather than
-// once per request. DELs and PINGs go in a pipeline of their own, sent
+// once per request. DELs, PINGs and the probe's SET go in a pipeline of their own, sent
 // first: go-redis retries none of a pipeline that holds a script (see
 // scriptCmd), and those two are safe to retry. The scripts are grouped
 // after it, of the calls still waiting then. Errors are per call: one
@@ -739,9 +804,12 @@ func (b *batcher) exec(x *execScratch, batch []*call) {
 		if other == nil {
 			other = b.client.Pipeline()
 		}
-		if c.kind == callDel {
+		switch c.kind {
+		case callDel:
 			others[i] = other.Del(ctx, keyStrings(c.keys)...)
-		} else {
+		case callProbe:
+			others[i] = other.Set(ctx, keyStrings(c.keys)[0], "1", time.Second)
+		default:
 			others[i] = other.Ping(ctx)
 		}
 	}
