@@ -3,7 +3,9 @@ package core
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,5 +35,72 @@ func TestTimeoutWrapsDialError(t *testing.T) {
 		if i > 0 && !errors.As(err, &op) {
 			t.Errorf("decision %d: %v, want it to wrap the refused dial", i, err)
 		}
+	}
+}
+
+// faultConn fails its reads as a connection closed on this side (mode 1:
+// a failover client's close, or crypto/tls's bare report of one) or hangs
+// them (mode 2: a path that stopped forwarding).
+type faultConn struct {
+	net.Conn
+	mode *atomic.Int32
+	stop chan struct{} // ends the hung reads: closed when the test ends
+}
+
+func (c *faultConn) Read(b []byte) (int, error) {
+	switch c.mode.Load() {
+	case 1:
+		return 0, &net.OpError{Op: "read", Net: "tcp", Err: net.ErrClosed}
+	case 2:
+		<-c.stop
+		return 0, net.ErrClosed
+	}
+	return c.Conn.Read(b)
+}
+
+// A timeout is the limiter's own verdict on Redis, whatever error it
+// names as its cause: once the last failed send was a connection closed
+// on this side (which alone says nothing about Redis), the timeouts that
+// follow must still open the breaker.
+func TestTimeoutNamingAClosedConnectionCounts(t *testing.T) {
+	closed := &net.OpError{Op: "read", Net: "tcp", Err: net.ErrClosed}
+	if availability(closed) {
+		t.Fatalf("a connection closed on this side counts against Redis's health")
+	}
+	var s sendFailure
+	s.note(closed)
+	if err := s.timeout(); !availability(err) {
+		t.Errorf("the timeout %q does not count against Redis's health; a bare timeout does", err)
+	}
+
+	opt := redistest.Options(t)
+	var mode atomic.Int32
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop) })
+	opt.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &faultConn{c, &mode, stop}, nil
+	}
+	opt.MaxRetries = -1
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	lim := newOn(t, rdb, GCRA, PerMinute(100), WithTimeout(50*time.Millisecond), WithHealthCheck(3, time.Minute),
+		WithPrefix(fmt.Sprintf("closed-cause-%d", time.Now().UnixNano())))
+	ctx := context.Background()
+	if _, err := lim.Allow(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	mode.Store(1)
+	_, first := lim.Allow(ctx, "k")
+	mode.Store(2)
+	var last error
+	for range 10 {
+		_, last = lim.Allow(ctx, "k")
+	}
+	if lim.Health() != Unhealthy {
+		t.Errorf("after a closed connection (%v) and 10 timeouts (the last: %v), the limiter is %v; want unhealthy", first, last, lim.Health())
 	}
 }

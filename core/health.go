@@ -214,6 +214,11 @@ func (h *health) close() {
 // availability reports whether err says Redis cannot serve decisions (as
 // opposed to an error about one request, such as a key of the wrong type).
 func availability(err error) bool {
+	// The limiter's own timeout counts, whatever error it names as its
+	// cause (see timeoutError): Redis did not answer in time.
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
 	// A connection closed on this side says nothing about Redis: go-redis
 	// closes a failover client's connections to a master that the
 	// sentinels have replaced, calls in flight on them included.
@@ -221,7 +226,7 @@ func availability(err error) bool {
 		return false
 	}
 	var ne net.Error
-	if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) {
+	if errors.As(err, &ne) {
 		return true
 	}
 	msg := err.Error()

@@ -760,9 +760,10 @@ func (c *execContext) Err() error {
 // batch travel in as few script calls as the client allows (see grouping):
 // one script call decides many requests, each all or nothing and in order,
 // so Redis pays the cost of starting a script once per group rather than
-// once per request. DELs, PINGs and the probe's SET go in a pipeline of their own, sent
+// once per request. DELs, PINGs and the probe's SET go in a pipeline of
+// their own, sent
 // first: go-redis retries none of a pipeline that holds a script (see
-// scriptCmd), and those two are safe to retry. The scripts are grouped
+// scriptCmd), and those are safe to retry. The scripts are grouped
 // after it, of the calls still waiting then. Errors are per call: one
 // call's error never fails another.
 //
