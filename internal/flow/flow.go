@@ -349,8 +349,11 @@ func (f *Flow) Admit(w http.ResponseWriter, r *http.Request, rc any) bool {
 		// r=0 would make it back off from a limit nobody enforces).
 		return true
 	}
-	setHeaders(w.Header(), c.Headers, res, f.policy(res), time.Now())
+	renamed := setHeaders(w.Header(), c.Headers, res, f.policy(res), time.Now())
 	if !res.Allowed {
+		if renamed != nil {
+			res = renameRules(res, renamed) // the deny handler names them as the headers do
+		}
 		h := w.Header()
 		h.Set(headerRetryAfter, retryAfter(h, RetryAfterSeconds(res)))
 		c.Deny(w, r, res)

@@ -28,6 +28,9 @@ const (
 var (
 	keyPolicy    = http.CanonicalHeaderKey(headerPolicy)
 	keyRateLimit = http.CanonicalHeaderKey(headerRateLimit)
+	keyLimit     = http.CanonicalHeaderKey(headerLimit)
+	keyRemaining = http.CanonicalHeaderKey(headerRemaining)
+	keyReset     = http.CanonicalHeaderKey(headerReset)
 )
 
 // setHeaders writes the rate-limit headers of res in mode m. policy is the
@@ -41,11 +44,15 @@ var (
 //
 // The draft headers of a lone middleware cost two allocations: the
 // RateLimit value and one backing array for both values.
-func setHeaders(h http.Header, m HeaderMode, res core.Result, policy string, now time.Time) {
+//
+// It returns res's rules as the draft fields name them when a name had to
+// change (see addItems), and nil otherwise, so that a denial can name them
+// the same way (see renameRules).
+func setHeaders(h http.Header, m HeaderMode, res core.Result, policy string, now time.Time) (renamed []core.RuleResult) {
 	if m == HeadersDraft || m == HeadersBoth {
 		rules := ruleResults(res)
 		if prevPolicy, prevState := h[keyPolicy], h[keyRateLimit]; len(prevPolicy) > 0 || len(prevState) > 0 {
-			addItems(h, rules, prevPolicy, prevState)
+			renamed = addItems(h, rules, prevPolicy, prevState)
 		} else {
 			if policy == "" {
 				policy = Policy(rules)
@@ -58,8 +65,10 @@ func setHeaders(h http.Header, m HeaderMode, res core.Result, policy string, now
 	if m == HeadersLegacy || m == HeadersBoth {
 		limit, _ := Quota(res.Limit)
 		remaining := min(int64(max(res.Remaining, 0)), limit)
-		if prev, err := strconv.ParseInt(h.Get(headerRemaining), 10, 64); err == nil && prev < remaining {
-			return // an outer middleware's rule is more restrictive
+		if v := h[keyRemaining]; len(v) > 0 {
+			if prev, err := strconv.ParseInt(v[0], 10, 64); err == nil && prev < remaining {
+				return renamed // an outer middleware's rule is more restrictive
+			}
 		}
 		reset := res.ResetAfter
 		for _, rr := range res.Rules {
@@ -68,17 +77,18 @@ func setHeaders(h http.Header, m HeaderMode, res core.Result, policy string, now
 				break
 			}
 		}
-		h.Set(headerLimit, itoa(limit))
-		h.Set(headerRemaining, itoa(remaining))
-		h.Set(headerReset, itoa(ceilUnix(now.Add(reset))))
+		vals := []string{itoa(limit), itoa(remaining), itoa(ceilUnix(now.Add(reset)))}
+		h[keyLimit], h[keyRemaining], h[keyReset] = vals[0:1:1], vals[1:2:2], vals[2:3:3]
 	}
+	return renamed
 }
 
 // addItems adds the items of rules to the RateLimit-Policy and RateLimit
 // fields already set (prevPolicy, prevState), each field one list. A rule
 // whose name is taken there goes by "<name>-2" (or -3, and so on: the
-// first free), in both fields, so that a client can pair them.
-func addItems(h http.Header, rules []core.RuleResult, prevPolicy, prevState []string) {
+// first free), in both fields, so that a client can pair them. It returns
+// the rules as named in the fields.
+func addItems(h http.Header, rules []core.RuleResult, prevPolicy, prevState []string) []core.RuleResult {
 	taken := map[string]bool{}
 	for _, v := range append(append([]string(nil), prevPolicy...), prevState...) {
 		itemNames(v, func(name string) { taken[name] = true })
@@ -95,6 +105,7 @@ func addItems(h http.Header, rules []core.RuleResult, prevPolicy, prevState []st
 	}
 	h[keyPolicy] = []string{joinList(prevPolicy, Policy(renamed))}
 	h[keyRateLimit] = []string{joinList(prevState, RateLimit(renamed))}
+	return renamed
 }
 
 // joinList joins the field values prev and v into one list.
@@ -142,8 +153,10 @@ func itemNames(v string, f func(string)) {
 // the larger of s and the one already set on h (by a middleware before
 // this one).
 func retryAfter(h http.Header, s int64) string {
-	if prev, err := strconv.ParseInt(h.Get(headerRetryAfter), 10, 64); err == nil && prev > s {
-		s = prev
+	if v := h.Get(headerRetryAfter); v != "" {
+		if prev, err := strconv.ParseInt(v, 10, 64); err == nil && prev > s {
+			s = prev
+		}
 	}
 	return itoa(s)
 }
@@ -179,15 +192,17 @@ func Policy(rules []core.RuleResult) string {
 }
 
 // Quota returns the q and w that RateLimit-Policy advertises for limit:
-// Rate events per Period in general, and, for a bucket whose Burst differs
-// from its Rate, Burst events over the time the bucket takes to refill them
-// (Burst/Rate × Period): the most a client can send at once, which is what
-// RateLimit's r counts down from. (The draft has no burst parameter.) w is
+// Rate events per Period in general, and, for a bucket whose Burst is
+// larger than its Rate, Burst events over the time the bucket takes to
+// refill them (Burst/Rate × Period): the most a client can send at once,
+// which is what RateLimit's r counts down from. (A Burst below the Rate
+// keeps q=Rate: the bucket admits Rate per Period, and r never exceeds
+// Burst.) (The draft has no burst parameter.) w is
 // in whole seconds, rounded up and at least 1, so a limit of 5 per 500ms
 // reads q=5;w=1.
 func Quota(limit core.Limit) (q, w int64) {
 	q, period := int64(limit.Rate), limit.Period
-	if b := int64(limit.Burst); b > 0 && b != q && q > 0 {
+	if b := int64(limit.Burst); b > q && q > 0 {
 		// period × b / q without overflow: b and a Period fit in 63 bits.
 		hi, lo := bits.Mul64(uint64(period), uint64(b))
 		if hi >= uint64(q) {
@@ -280,3 +295,25 @@ func ceilUnix(t time.Time) int64 {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// renameRules returns res with its rules named as renamed (from
+// setHeaders, in the same order), the deciding rule's name included.
+func renameRules(res core.Result, renamed []core.RuleResult) core.Result {
+	if len(res.Rules) == 0 {
+		if len(renamed) == 1 {
+			res.Rule = renamed[0].Name
+		}
+		return res
+	}
+	rules := make([]core.RuleResult, len(res.Rules))
+	decided := res.Rule
+	for i, rr := range res.Rules {
+		if rr.Name == decided {
+			res.Rule = renamed[i].Name
+		}
+		rr.Name = renamed[i].Name
+		rules[i] = rr
+	}
+	res.Rules = rules
+	return res
+}

@@ -43,8 +43,8 @@ func items(t *testing.T, v string) map[string]map[string]int64 {
 
 // The quota a rule advertises bounds what RateLimit says remains, for
 // every algorithm and for limits whose Burst differs from their Rate: a
-// bucket advertises q=Burst over the time it takes to refill, so a client
-// never reads r=49 of q=10.
+// bucket with a Burst above its Rate advertises q=Burst over the time it
+// takes to refill, so a client never reads r=49 of q=10.
 func TestRemainingWithinQuota(t *testing.T) {
 	rdb := redistest.Client(t)
 	prefix := "headers-quota-" + strconv.FormatInt(time.Now().UnixNano(), 36)
@@ -60,9 +60,9 @@ func TestRemainingWithinQuota(t *testing.T) {
 	}
 	buckets := append([]limit{
 		{core.Limit{Rate: 10, Period: time.Second, Burst: 50}, 50, 5},
-		{core.Limit{Rate: 7, Period: 1500 * time.Millisecond, Burst: 3}, 3, 1},
-		{core.Limit{Rate: 100, Period: time.Minute, Burst: 1}, 1, 1},
-		{core.Limit{Rate: 100, Period: time.Minute, Burst: 15}, 15, 9},
+		{core.Limit{Rate: 7, Period: 1500 * time.Millisecond, Burst: 3}, 7, 2}, // Burst < Rate: q stays the Rate
+		{core.Limit{Rate: 100, Period: time.Minute, Burst: 1}, 100, 60},
+		{core.Limit{Rate: 100, Period: time.Minute, Burst: 15}, 100, 60},
 		{core.Limit{Rate: 3, Period: time.Hour, Burst: 4}, 4, 4800},
 	}, windows...)
 	for _, alg := range []core.Algorithm{core.FixedWindow, core.SlidingWindowLog, core.SlidingWindowCounter, core.LeakyBucket, core.TokenBucket, core.GCRA} {
@@ -178,5 +178,67 @@ func TestAddItemsDistinctNames(t *testing.T) {
 	}
 	if got := items(t, h.Get("RateLimit")); len(got) != 6 || got["x-3"]["r"] != 4 {
 		t.Errorf("RateLimit = %s", h.Get("RateLimit"))
+	}
+}
+
+// A denial behind an outer middleware names, in its problem details, the
+// rule as the headers name it: "gcra-2" when the outer one is "gcra".
+func TestNestedProblemNamesTheRenamedRule(t *testing.T) {
+	outer := New(miniLimiter(t, core.GCRA, core.PerMinute(3)), []Option(nil))
+	inner := New(miniLimiter(t, core.GCRA, core.PerMinute(1)), []Option{WithProblemDetails()})
+	var rec *httptest.ResponseRecorder
+	for range 2 {
+		rec = httptest.NewRecorder()
+		req := httptest.NewRequest("GET", "/", nil)
+		if outer.Admit(rec, req, nil) {
+			inner.Admit(rec, req, nil)
+		}
+	}
+	var p struct {
+		Violated []string `json:"violated-policies"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil {
+		t.Fatalf("status %d, body %q: %v", rec.Code, rec.Body, err)
+	}
+	if len(p.Violated) != 1 || p.Violated[0] != "gcra-2" {
+		t.Errorf("violated-policies %q with RateLimit %q; want [gcra-2], the denying item", p.Violated, rec.Header().Get("RateLimit"))
+	}
+}
+
+// Quota advertises Burst over its refill time only for a Burst above the
+// Rate: a smaller Burst is reached at once, and q=Burst would understate
+// the rate the bucket admits (10/s with Burst 1 is not 1 per second).
+func TestQuota(t *testing.T) {
+	for _, c := range []struct {
+		limit core.Limit
+		q, w  int64
+	}{
+		{core.PerSecond(10), 10, 1},
+		{core.Limit{Rate: 10, Period: time.Second, Burst: 50}, 50, 5},
+		{core.Limit{Rate: 10, Period: time.Second, Burst: 1}, 10, 1},
+		{core.Limit{Rate: 5, Period: 500 * time.Millisecond}, 5, 1},
+		{core.Limit{Rate: 3, Period: time.Hour, Burst: 4}, 4, 4800},
+	} {
+		if q, w := Quota(c.limit); q != c.q || w != c.w {
+			t.Errorf("Quota(%v) = q=%d;w=%d, want q=%d;w=%d", c.limit, q, w, c.q, c.w)
+		}
+	}
+}
+
+// The legacy headers of a lone middleware cost two allocations: the epoch
+// seconds and one array for the three values. (Parsing the absent fields
+// of an outer middleware cost one each, strconv's error for "", and
+// canonicalising each name one more.)
+func TestLegacyHeadersAllocations(t *testing.T) {
+	res := core.Result{Allowed: true, Limit: core.PerSecond(10), Remaining: 9, Rule: "r",
+		Rules: []core.RuleResult{rule("r", 10, time.Second)}}
+	h := http.Header{}
+	now := time.Now()
+	parse := testing.AllocsPerRun(100, func() {
+		clear(h)
+		setHeaders(h, HeadersLegacy, res, "", now)
+	})
+	if parse > 2 {
+		t.Errorf("legacy headers: %.0f allocations, want at most 2 (the epoch seconds and one array for the three values)", parse)
 	}
 }
