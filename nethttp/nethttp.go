@@ -53,7 +53,7 @@
 // RateLimit-Policy lists every rule of the limiter: its name (for a limiter
 // built by an algorithm constructor, the algorithm's name, such as
 // "token_bucket"), q its quota and w its window in seconds: Rate per
-// Period, or, for a bucket whose Burst differs from its Rate, Burst over
+// Period, or, for a bucket whose Burst is larger than its Rate, Burst over
 // the time the bucket takes to refill it (10/s with Burst 50 reads
 // q=50;w=5). RateLimit gives, per rule, r the requests still admissible
 // now, never more than q, and t the seconds until the rule admits again
