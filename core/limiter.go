@@ -73,6 +73,12 @@ func New(client redis.UniversalClient, alg Algorithm, limit Limit, opts ...Optio
 // so two limiters with different rules never share state, even for the same
 // key and prefix. It also means that changing a limit starts its counters
 // afresh.
+//
+// Given a *redis.Client, NewPolicy adds one hook to it (once per client,
+// however many limiters share it) that passes every command through and
+// notes failed dials, so that a decision timed out while Redis refused
+// connections names that cause rather than only "context deadline
+// exceeded".
 func NewPolicy(client redis.UniversalClient, rules []Rule, opts ...Option) (*Limiter, error) {
 	o := defaultOptions()
 	for _, opt := range opts {
