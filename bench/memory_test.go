@@ -18,11 +18,13 @@ import (
 )
 
 // TestMemoryPerKey measures what one limited key costs in Redis: a fresh
-// key takes AllowN(Rate), a whole burst at once, and then every Redis key
-// the library wrote for it is weighed with MEMORY USAGE (SAMPLES 0: exact;
-// it includes the key's name and Redis's own overhead for it). A key with a
-// rate of 100 and one of 1000 show what grows with the rate: only
-// SlidingWindowLog's sorted set, one member per event.
+// key takes a whole burst, Rate requests of one event each (sluice) or
+// one request of Rate events (the peers, whose state does not depend on
+// how the events came), and then every Redis key the library wrote for it
+// is weighed with MEMORY USAGE (SAMPLES 0: exact; it includes the key's
+// name and Redis's own overhead for it). A key with a rate of 100 and one
+// of 1000 show what grows with the rate: only SlidingWindowLog's sorted
+// set, one member per request.
 //
 // It prints one line per library, algorithm and rate:
 //
@@ -47,8 +49,7 @@ func TestMemoryPerKey(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			_, err = l.AllowN(ctx, key, r)
-			return err
+			return allowEach(l, key, r)
 		}})
 	}
 	cs = append(cs,
@@ -60,8 +61,7 @@ func TestMemoryPerKey(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			_, err = l.AllowN(ctx, key, r)
-			return err
+			return allowEach(l, key, r)
 		}},
 		contender{"redis_rate", func(key string, r int) error {
 			_, err := redis_rate.NewLimiter(rdb).AllowN(ctx, key, redis_rate.PerMinute(r), r)
@@ -145,4 +145,14 @@ func scanKeys(ctx context.Context, rdb *redis.Client, match string) ([]string, e
 			return out, nil
 		}
 	}
+}
+
+// allowEach makes n requests of one event each for key.
+func allowEach(l *core.Limiter, key string, n int) error {
+	for range n {
+		if _, err := l.Allow(context.Background(), key); err != nil {
+			return err
+		}
+	}
+	return nil
 }
