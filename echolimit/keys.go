@@ -29,9 +29,9 @@ func WithEchoKey(f func(echo.Context) (string, error)) Option {
 // "route:<METHOD> <path>", such as "route:GET /users/:id". With Funcs in
 // with, the key joins them (as keyfunc.Join does), so
 // RouteKey(keyfunc.RemoteIP()) limits each client per route. Echo routes
-// before the middleware of e.Use, a group or a route runs, so RouteKey works
-// there; under e.Pre the route is not known yet. Requests that match no
-// route share one key, "route:(no route)", and a method other than the
+// before the middleware of e.Use, a group or a route runs; under e.Pre the
+// middleware looks the route up itself (see the package documentation), so
+// RouteKey works there too. Requests that match no route share one key, "route:(no route)", and a method other than the
 // standard ones counts as "OTHER". Use it with WithEchoKey.
 func RouteKey(with ...keyfunc.Func) func(echo.Context) (string, error) {
 	key := flow.ContextRouteKey(with)

@@ -6,9 +6,11 @@
 // The middleware is a gin.HandlerFunc with the options and behaviour of
 // package nethttp (see its documentation); this package adds key functions
 // that read the Gin context: WithGinKey, RouteKey (c.FullPath()) and
-// UserKey (a value that authentication middleware set with c.Set). The
-// middleware sets the request's Pattern to c.FullPath() while it decides,
-// so keyfunc.Route keys by the Gin route too, as RouteKey does.
+// UserKey (a value that authentication middleware set with c.Set). When a
+// function of the user's sees the request (a key, cost, skip or limiter
+// function, a deny handler), the middleware sets the request's Pattern to
+// c.FullPath() while it decides, so keyfunc.Route keys by the Gin route
+// too, as RouteKey does.
 //
 // The default key is the peer address of the connection, never
 // c.ClientIP(), which trusts forwarding headers unless the engine's
@@ -71,18 +73,26 @@ func New(l *core.Limiter, opts ...Option) gin.HandlerFunc {
 	return middleware(flow.MustNew("ginlimit.New", l, opts))
 }
 
-// middleware sets the request's Pattern to the Gin route while it decides,
-// so that keyfunc.Route keys by the route (see flow.SetPattern).
+// middleware runs f for each request (see admit).
 func middleware(f *flow.Flow) gin.HandlerFunc {
 	return func(c *gin.Context) {
-		r := c.Request
-		previous := flow.SetPattern(r, c.FullPath())
-		ok := f.Admit(c.Writer, r, c)
-		r.Pattern = previous
-		if !ok {
+		if !admit(f, c) {
 			c.Abort()
 			return
 		}
 		c.Next()
 	}
+}
+
+// admit decides c's request with f. When a function of the user's sees the
+// request (f.ReadsRoute), r.Pattern is the Gin route meanwhile, so that
+// keyfunc.Route keys by the route (see flow.SetPattern); it is restored
+// even when such a function panics, so that a recoverer sees r.Pattern as
+// the router left it.
+func admit(f *flow.Flow, c *gin.Context) bool {
+	r := c.Request
+	if f.ReadsRoute() {
+		defer flow.RestorePattern(r, flow.SetPattern(r, c.FullPath()))
+	}
+	return f.Admit(c.Writer, r, c)
 }

@@ -36,9 +36,13 @@ var (
 // runs before; the chilimit, ginlimit and echolimit middlewares therefore
 // set r.Pattern themselves while they decide, to the full route pattern
 // (chi's, including mounted sub-routers; Gin's c.FullPath(); Echo's
-// c.Path()), so Route works under every adapter wherever it is mounted and
-// gives the same key as the adapter's own RouteKey. Echo knows the route
-// only after routing: mount the middleware with e.Use, not e.Pre.
+// c.Path(), or under e.Pre the route Echo will choose), so Route works
+// under every adapter wherever it is mounted and gives the same key as the
+// adapter's own RouteKey. They do so only when a function of the user's
+// sees the request (a key, cost, skip or limiter function, a deny
+// handler): finding the route costs chilimit a router lookup per request,
+// which allocates under mounted sub-routers, and echolimit one under
+// e.Pre; with the default key nobody reads it and nothing is paid.
 //
 // A pattern registered with a method ("GET /reports/{id}", which also
 // serves HEAD) keys by that method; a pattern without one keys by the

@@ -99,6 +99,10 @@ type Config struct {
 	// Sleep holds a LeakyBucket request for d or until ctx is done. Tests
 	// replace it to observe the delay without waiting.
 	Sleep func(ctx context.Context, d time.Duration) error
+
+	// customKey and customDeny record that WithKey (or WithContextKey) and
+	// WithDenyHandler replaced the defaults (see Flow.ReadsRoute).
+	customKey, customDeny bool
 }
 
 // Option sets a field of Config. Every adapter's Option has this underlying
@@ -110,6 +114,7 @@ func WithKey(f keyfunc.Func) Option {
 	return func(c *Config) {
 		if f != nil {
 			c.Key = func(r *http.Request, _ any) (string, error) { return f(r) }
+			c.customKey = true
 		}
 	}
 }
@@ -120,6 +125,7 @@ func WithContextKey(f func(r *http.Request, rc any) (string, error)) Option {
 	return func(c *Config) {
 		if f != nil {
 			c.Key = f
+			c.customKey = true
 		}
 	}
 }
@@ -135,6 +141,7 @@ func WithDenyHandler(f DenyFunc) Option {
 	return func(c *Config) {
 		if f != nil {
 			c.Deny = f
+			c.customDeny = true
 		}
 	}
 }
@@ -275,6 +282,18 @@ func Must[O ~func(*Config)](where string, client redis.UniversalClient, alg core
 	}
 	f.limiter = l
 	return f
+}
+
+// ReadsRoute reports whether a function of the user's sees the request
+// during the decision: a key function (WithKey, or a router-native one),
+// a cost, skip or limiter function, or a deny handler. Only then do the
+// router adapters set r.Pattern to the matched route while they decide
+// (for keyfunc.Route), since finding the route costs a router lookup per
+// request under some routers; with the defaults (the peer address as the
+// key) nothing reads it.
+func (f *Flow) ReadsRoute() bool {
+	c := &f.cfg
+	return c.customKey || c.customDeny || c.Cost != nil || c.Skip != nil || c.LimiterFor != nil
 }
 
 // Admit runs the flow for r: it decides, sets the rate-limit headers on w,

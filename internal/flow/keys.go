@@ -63,14 +63,30 @@ func RouteKey(pattern func(*http.Request) string, with []keyfunc.Func) keyfunc.F
 }
 
 // ContextRouteKey is RouteKey for routers whose pattern lives in their own
-// context (Gin, Echo): the returned function is called with the pattern the
-// adapter read. It keys a shallow copy of r whose Pattern field carries the
-// route, so the keyfunc Funcs see the request as it is otherwise.
+// context (Gin, Echo): the returned function is called with the pattern
+// read from that context ("" when it knows none) and keys r by it, as
+// keyfunc.Route joined with with. Inside the adapter's middleware r.Pattern
+// already holds that route (see SetPattern), or, where the context does not
+// know the route yet (Echo's e.Pre), the route the adapter found: r is
+// keyed as it is, without a copy. Elsewhere it keys a shallow copy of r
+// whose Pattern is pattern.
 func ContextRouteKey(with []keyfunc.Func) func(r *http.Request, pattern string) (string, error) {
-	key := RouteKey(func(r *http.Request) string { return r.Pattern }, with)
+	key := keyfunc.Route()
+	if len(with) > 0 {
+		key = keyfunc.Join(append([]keyfunc.Func{key}, with...)...)
+	}
 	return func(r *http.Request, pattern string) (string, error) {
+		if pattern == "" {
+			pattern = NoRoute
+			if r.Pattern != "" {
+				pattern = r.Pattern
+			}
+		}
+		if r.Pattern == pattern {
+			return key(r)
+		}
 		routed := *r
-		routed.Pattern = RoutePattern(r, pattern)
+		routed.Pattern = pattern
 		return key(&routed)
 	}
 }
@@ -86,3 +102,8 @@ func UserKey(name string, v any) (string, error) {
 	}
 	return key, nil
 }
+
+// RestorePattern sets r.Pattern back to previous, the value SetPattern
+// returned; the adapters defer it, so that it runs even when a function of
+// the user's panics during the decision.
+func RestorePattern(r *http.Request, previous string) { r.Pattern = previous }
