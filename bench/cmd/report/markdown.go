@@ -561,7 +561,7 @@ func writeMemory(w io.Writer, mem []memoryLine) {
 		}
 		byKey[[2]string{n, r}] = m
 	}
-	fmt.Fprintf(w, "\n#### Redis memory per limited key (MEMORY USAGE after AllowN(Rate), key name included)\n\n| library |")
+	fmt.Fprintf(w, "\n#### Redis memory per limited key (MEMORY USAGE after a whole burst, key name included)\n\n| library |")
 	for _, r := range rates {
 		fmt.Fprintf(w, " Rate %s |", r)
 	}
