@@ -39,19 +39,24 @@ const (
 	GCRA                 Algorithm = "gcra"                   // theoretical arrival time, one key
 )
 
-// Algorithms lists every algorithm, in the order of the constants above.
-var Algorithms = []Algorithm{FixedWindow, SlidingWindowLog, SlidingWindowCounter, LeakyBucket, TokenBucket, GCRA}
+// Algorithms returns every algorithm, in the order of the constants above,
+// in a new slice each call: changing it changes nothing else. Validation
+// does not read it.
+func Algorithms() []Algorithm {
+	return []Algorithm{FixedWindow, SlidingWindowLog, SlidingWindowCounter, LeakyBucket, TokenBucket, GCRA}
+}
 
 // windowed reports whether a is counted per window, where Burst must equal Rate.
 func (a Algorithm) windowed() bool {
 	return a == FixedWindow || a == SlidingWindowLog || a == SlidingWindowCounter
 }
 
+// valid reports whether a is one of the six constants. It names them
+// itself, so that nothing a caller can change decides what is valid.
 func (a Algorithm) valid() bool {
-	for _, b := range Algorithms {
-		if a == b {
-			return true
-		}
+	switch a {
+	case FixedWindow, SlidingWindowLog, SlidingWindowCounter, LeakyBucket, TokenBucket, GCRA:
+		return true
 	}
 	return false
 }

@@ -24,7 +24,7 @@ func TestRealRedisExactAdmission(t *testing.T) {
 	}
 	ctx := context.Background()
 	const limit, attempts = 1000, 5 // 400 goroutines × 5 = 2000 attempts for 1000
-	for _, alg := range Algorithms {
+	for _, alg := range Algorithms() {
 		t.Run(string(alg), func(t *testing.T) {
 			prefix := fmt.Sprintf("exact-%s-%d", alg, time.Now().UnixNano())
 			lims := make([]*Limiter, len(clients))
@@ -149,7 +149,7 @@ func TestRealRedisPolicyAndPeek(t *testing.T) {
 	ctx := context.Background()
 	prefix := fmt.Sprintf("policy-%d", time.Now().UnixNano())
 	var rules []Rule
-	for i, alg := range Algorithms {
+	for i, alg := range Algorithms() {
 		rules = append(rules, Rule{Name: fmt.Sprintf("rule%d", i), Algorithm: alg, Limit: PerHour(10 + i)})
 	}
 	lim, err := NewPolicy(c, rules, WithPrefix(prefix))

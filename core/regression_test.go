@@ -34,7 +34,7 @@ func TestRegressionTokenBucketPolledFasterThanRefill(t *testing.T) {
 // Whole-second arithmetic breaks sub-second periods, and a TTL computed in
 // whole seconds becomes EXPIRE 0, which deletes the key at once.
 func TestRegressionSubSecondPeriods(t *testing.T) {
-	for _, alg := range Algorithms {
+	for _, alg := range Algorithms() {
 		clk, client := newClock(t)
 		lim := newOn(t, client, alg, Limit{Rate: 5, Period: 500 * ms})
 		ctx := context.Background()
