@@ -1,13 +1,9 @@
 package core
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
-	"strconv"
 	"strings"
-	"time"
 )
 
 // maxRawKey is the longest user key stored as is; longer keys are hashed.
@@ -71,118 +67,6 @@ func keyStrings(keys []keyArg) []string {
 		ks[i] = string(keys[i].b)
 	}
 	return ks
-}
-
-// costArgs holds small costs already boxed as script arguments, so the hot
-// path does not allocate to pass n.
-var costArgs = func() (a [65]interface{}) {
-	for i := range a {
-		a[i] = strconv.Itoa(i)
-	}
-	return a
-}()
-
-// peekArg is Peek's script argument, boxed once.
-var peekArg interface{} = "-1"
-
-// appendArgs appends a request's own script argument to dst: its cost n to
-// consume it (AllowN), or -n to only look (Peek).
-func appendArgs(dst []interface{}, consume bool, n int) []interface{} {
-	if !consume {
-		if n == 1 {
-			return append(dst, peekArg)
-		}
-		return append(dst, strconv.Itoa(-n))
-	}
-	if n < len(costArgs) {
-		return append(dst, costArgs[n])
-	}
-	return append(dst, strconv.Itoa(n))
-}
-
-// ruleArgs returns the script arguments every request of the limiter
-// shares: the number of rules, then each rule's parameters.
-func ruleArgs(rules []compiledRule) []interface{} {
-	args := []interface{}{strconv.Itoa(len(rules))}
-	for i := range rules {
-		args = append(args, rules[i].args...)
-	}
-	return args
-}
-
-// args returns the whole ARGV of one request alone.
-func (l *Limiter) args(consume bool, n int) []interface{} {
-	return appendArgs(append([]interface{}(nil), l.batch.ruleArgs...), consume, n)
-}
-
-// run decides key by the script, in the limiter's batcher, within the
-// limiter's timeout.
-func (l *Limiter) run(ctx context.Context, key string, consume bool, n int) (Result, error) {
-	c := getCall(callScript)
-	stored := storedKey(key)
-	c.keys = l.appendKeys(c.keys, stored)
-	c.args = appendArgs(c.args, consume, n)
-	c.unit = consume && n == 1
-	if l.batch.grouping == groupSlot {
-		c.slot = clusterSlot(stored)
-	}
-	answered, err := l.batch.do(ctx, l.opts.timeout, c)
-	if !answered {
-		return Result{}, err // c may still be in a pipeline: not reused
-	}
-	defer putCall(c) // after the Result is built: c.res is reused
-	if err != nil {
-		return Result{}, err
-	}
-	if len(c.res) != 1+5*len(l.rules) {
-		return Result{}, fmt.Errorf("sluice: unexpected script reply of %d values", len(c.res))
-	}
-	return buildResult(l.rules, c.res), nil
-}
-
-// buildResult turns a script reply (see lua/policy.lua) into a Result. The
-// Go twin produces the same reply, so both share it.
-func buildResult(rules []compiledRule, v []int64) Result {
-	res := Result{Allowed: v[0] == 1, Rules: make([]RuleResult, len(rules))}
-	decider := -1
-	for i := range rules {
-		w := v[1+5*i:]
-		rr := RuleResult{
-			Name:       rules[i].Name,
-			Limit:      rules[i].Limit,
-			Allowed:    w[0] == 1,
-			Remaining:  int(w[1]),
-			RetryAfter: time.Duration(w[2]) * time.Microsecond,
-			ResetAfter: time.Duration(w[3]) * time.Microsecond,
-			Delay:      time.Duration(w[4]) * time.Microsecond,
-		}
-		res.Rules[i] = rr
-		if rr.ResetAfter > res.ResetAfter {
-			res.ResetAfter = rr.ResetAfter
-		}
-		if rr.Delay > res.Delay {
-			res.Delay = rr.Delay
-		}
-		if i == 0 || rr.Remaining < res.Remaining {
-			res.Remaining = rr.Remaining
-		}
-		// The deciding rule: when denied, the longest RetryAfter; when
-		// allowed, the least Remaining. Ties go to the earlier rule.
-		switch {
-		case decider < 0:
-			decider = i
-		case !res.Allowed && rr.RetryAfter > res.Rules[decider].RetryAfter:
-			decider = i
-		case res.Allowed && rr.Remaining < res.Rules[decider].Remaining:
-			decider = i
-		}
-	}
-	d := res.Rules[decider]
-	res.Limit, res.Rule = d.Limit, d.Name
-	if !res.Allowed {
-		res.RetryAfter = d.RetryAfter
-	}
-	return res
 }
 
 // clusterSlot is the Redis Cluster slot of keys whose hash tag is tag:
