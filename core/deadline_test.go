@@ -1,7 +1,8 @@
 package core
 
-// Edge cases of deadlines, retries, Reset, the health probe and the clock:
-// each test names the defect it guards against.
+// Deadlines: a decision whose caller has stopped waiting is not sent late,
+// and a caller's own deadline says nothing about Redis's health. Each test
+// names the defect it guards against.
 
 import (
 	"context"

@@ -6,7 +6,9 @@ import (
 	"time"
 )
 
-// The defects of the write-ups this project grew from, one test each.
+// How limits compute: refills polled faster than one interval, sub-second
+// periods, a leaky bucket's stored level, fractional intervals. Each test
+// is a defect of the write-ups this project grew from.
 
 // A token bucket that stamps its refill time on every call, dropping the
 // fraction of a token earned, never refills a key polled faster than one
