@@ -140,3 +140,16 @@ func TestCallerDeadlineDoesNotOpenTheBreaker(t *testing.T) {
 		t.Errorf("a healthy Redis after three callers with expired contexts: %+v, %v, health %v; want an admission", r, err, lim.Health())
 	}
 }
+
+func TestTimeoutBoundsADecision(t *testing.T) {
+	// A server that accepts connections and never answers: the decision
+	// must come back with a timeout error, decided by the failure mode.
+	stuck := redistest.StuckServer(t)
+	c := redis.NewClient(&redis.Options{Addr: stuck, MaxRetries: -1, ReadTimeout: time.Minute})
+	defer c.Close()
+	lim := newOn(t, c, GCRA, PerSecond(1), WithTimeout(50*time.Millisecond), WithFailureMode(FailClosed))
+	r, err := lim.Allow(context.Background(), "k")
+	if !errors.Is(err, context.DeadlineExceeded) || r.Allowed {
+		t.Errorf("got %+v, %v; want a denial with DeadlineExceeded", r, err)
+	}
+}

@@ -209,3 +209,20 @@ type pipelineOnly struct{}
 
 func (pipelineOnly) DialHook(next redis.DialHook) redis.DialHook          { return next }
 func (pipelineOnly) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+// restartUntilHealthy restarts srv and waits until the health hook feeding
+// changed reports Healthy.
+func restartUntilHealthy(t *testing.T, srv *redistest.Server, changed <-chan Health) {
+	t.Helper()
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case h := <-changed:
+		if h != Healthy {
+			t.Fatalf("after restart: %v", h)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the probe never found Redis again")
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -56,4 +58,29 @@ func TestWait(t *testing.T) {
 			t.Errorf("got %v", err)
 		}
 	})
+}
+
+// A LeakyBucket WaitN whose context ends while it waits its turn says that
+// it was counted.
+func TestWaitCanceledWhileHeldSaysCounted(t *testing.T) {
+	// Canceled 50ms after the second Wait's request is admitted (the
+	// observer sees it before WaitN waits its turn), however long Redis
+	// takes to admit it: while WaitN waits its turn, a minute away.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var admitted atomic.Int32
+	lim := newOn(t, redistest.Client(t), LeakyBucket, Limit{Rate: 1, Period: time.Minute, Burst: 5},
+		WithPrefix(fmt.Sprintf("wait-held-%d", time.Now().UnixNano())),
+		WithObserver(func(e Event) {
+			if e.Allowed && admitted.Add(1) == 2 {
+				time.AfterFunc(50*time.Millisecond, cancel)
+			}
+		}))
+	if err := lim.Wait(context.Background(), "k"); err != nil {
+		t.Fatal(err)
+	}
+	err := lim.Wait(ctx, "k") // admitted, its turn a minute away
+	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "counted") {
+		t.Errorf("canceled while held: %v; want context.Canceled, saying it was counted", err)
+	}
 }
