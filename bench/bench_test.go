@@ -38,7 +38,7 @@ type library struct {
 // libraries are the contenders, in the order of the tables and the chart.
 func libraries() []library {
 	var libs []library
-	for _, alg := range core.Algorithms {
+	for _, alg := range core.Algorithms() {
 		libs = append(libs, library{name: "sluice_" + string(alg), setup: func(b *testing.B, rdb redis.UniversalClient) func() decider {
 			return sluiceDecider(b, rdb, []core.Rule{{Name: string(alg), Algorithm: alg, Limit: core.Limit{Rate: rate, Period: time.Second}}})
 		}})

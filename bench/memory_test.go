@@ -43,7 +43,7 @@ func TestMemoryPerKey(t *testing.T) {
 		allow func(key string, r int) error
 	}
 	var cs []contender
-	for _, alg := range core.Algorithms {
+	for _, alg := range core.Algorithms() {
 		cs = append(cs, contender{"sluice_" + string(alg), func(key string, r int) error {
 			l, err := core.New(rdb, alg, core.PerMinute(r))
 			if err != nil {

@@ -26,7 +26,7 @@ var benchKeys = func() []string {
 func BenchmarkAllow(b *testing.B) {
 	c := redistest.Client(b)
 	ctx := context.Background()
-	for _, alg := range Algorithms {
+	for _, alg := range Algorithms() {
 		b.Run(string(alg), func(b *testing.B) {
 			lim := newBench(b, c, []Rule{{Name: "r", Algorithm: alg, Limit: PerHour(1 << 30)}})
 			b.ReportAllocs()

@@ -59,7 +59,7 @@ func testClusterManyKeys(t *testing.T, cl *redistest.Cluster) {
 		limit int
 	}
 	var cases []limiterCase
-	for _, alg := range core.Algorithms {
+	for _, alg := range core.Algorithms() {
 		cases = append(cases, limiterCase{string(alg), []core.Rule{{Name: string(alg), Algorithm: alg, Limit: core.PerDay(5)}}, 5})
 	}
 	cases = append(cases, limiterCase{"policy", clusterPolicy, 4})
@@ -138,7 +138,7 @@ func testClusterExactAdmission(t *testing.T, cl *redistest.Cluster) {
 	}
 	ctx := context.Background()
 	const limit, goroutines, attempts = 1000, 400, 5 // 2000 attempts for 1000
-	for _, alg := range core.Algorithms {
+	for _, alg := range core.Algorithms() {
 		t.Run(string(alg), func(t *testing.T) {
 			prefix := fmt.Sprintf("exact-%s-%d", alg, time.Now().UnixNano())
 			lims := make([]*core.Limiter, len(clients))
@@ -297,7 +297,7 @@ func testClusterFailover(t *testing.T, cl *redistest.Cluster) {
 	}
 	fresh := clusterKeyOn(t, cc, shard, "fresh")
 	freshPrefix := prefix + "-fresh"
-	for _, alg := range core.Algorithms {
+	for _, alg := range core.Algorithms() {
 		t.Run("fresh-"+string(alg), func(t *testing.T) {
 			if alg == core.FixedWindow || alg == core.SlidingWindowCounter {
 				clusterAvoidDayEdge(t, cc)
@@ -311,7 +311,7 @@ func testClusterFailover(t *testing.T, cl *redistest.Cluster) {
 	}
 	// (the GCRA rule's TTL: a day to refill, rounded up to a day's end)
 	clusterCheckKeys(t, cl, prefix, len(keys), len(rules), 48*time.Hour)
-	if byMaster := clusterCheckKeys(t, cl, freshPrefix, 1, len(core.Algorithms), 48*time.Hour); byMaster[promoted] == 0 {
+	if byMaster := clusterCheckKeys(t, cl, freshPrefix, 1, len(core.Algorithms()), 48*time.Hour); byMaster[promoted] == 0 {
 		t.Errorf("the fresh key's Redis keys are not on the promoted master %s: %v", promoted, byMaster)
 	}
 }

@@ -3,10 +3,12 @@ package core
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -155,5 +157,74 @@ func TestDenyCacheSparesRedis(t *testing.T) {
 	}
 	if r, _ := lim.Allow(ctx, "flooded"); !r.Allowed || r.Remaining != 9 {
 		t.Errorf("after Reset: %+v", r)
+	}
+}
+
+// pipelineGate is a go-redis hook that, once armed, lets the next pipeline
+// holding an EVALSHA run in Redis and then holds its answer until opened.
+type pipelineGate struct {
+	pipelineOnly
+	armed    chan struct{} // closed: the next EVALSHA pipeline is held
+	executed chan struct{} // closed when the held pipeline has run in Redis
+	open     chan struct{} // closed: the held pipeline's answer goes on
+	taken    bool
+}
+
+func (g *pipelineGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		select {
+		case <-g.armed:
+		default:
+			return err
+		}
+		if g.taken || len(cmds) == 0 || !strings.EqualFold(cmds[0].Name(), "evalsha") {
+			return err
+		}
+		g.taken = true
+		close(g.executed)
+		<-g.open
+		return err
+	}
+}
+
+// The deny cache's documentation: "this limiter's own Reset clears its
+// entry". A denial that Redis made before the Reset but that reaches the
+// limiter after it is cached all the same, and then answers for RetryAfter
+// (an hour here) although Redis, reset, would admit.
+func TestDenyCacheAfterOwnReset(t *testing.T) {
+	prefix := fmt.Sprintf("denyreset-%d", time.Now().UnixNano())
+	ctx := context.Background()
+	// Another instance of the same limiter uses up the key.
+	other := newOn(t, redistest.Client(t), FixedWindow, PerHour(1), WithPrefix(prefix))
+	if r, err := other.Allow(ctx, "k"); err != nil || !r.Allowed {
+		t.Fatal(r, err)
+	}
+	c := redistest.Client(t)
+	gate := &pipelineGate{armed: make(chan struct{}), executed: make(chan struct{}), open: make(chan struct{})}
+	c.AddHook(gate)
+	lim := newOn(t, c, FixedWindow, PerHour(1), WithPrefix(prefix), WithDenyCache(100))
+	close(gate.armed)
+
+	denied := make(chan Result, 1)
+	go func() {
+		r, _ := lim.Allow(ctx, "k") // denied in Redis, answer held by the gate
+		denied <- r
+	}()
+	<-gate.executed
+	if err := lim.Reset(ctx, "k"); err != nil { // rides the second flusher
+		t.Fatal(err)
+	}
+	close(gate.open)
+	if r := <-denied; r.Allowed {
+		t.Fatalf("the held request: %+v, want the denial Redis made before the Reset", r)
+	}
+	// Reset has returned: Redis holds nothing for k.
+	if n := c.Exists(ctx, lim.keys("k")[0]).Val(); n != 0 {
+		t.Fatalf("the key survived Reset")
+	}
+	r, err := lim.Allow(ctx, "k")
+	if err != nil || !r.Allowed {
+		t.Errorf("after Reset returned: %+v %v; the deny cache answered a denial Redis would not give", r, err)
 	}
 }

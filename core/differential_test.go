@@ -75,13 +75,14 @@ func TestTwinMatchesScripts(t *testing.T) {
 		seeds, steps = 12, 150
 	}
 	stats := map[Algorithm]int{} // decisions seen per first rule's algorithm and outcome
+	algs := Algorithms()
 	for seed := 1; seed <= seeds; seed++ {
 		rng := rand.New(rand.NewSource(int64(seed)))
 		var rules []Rule
 		for i := 0; i < 1+rng.Intn(3); i++ {
-			alg := Algorithms[rng.Intn(len(Algorithms))]
-			if i == 0 && seed <= 2*len(Algorithms) {
-				alg = Algorithms[seed%len(Algorithms)] // every algorithm alone, twice at least
+			alg := algs[rng.Intn(len(algs))]
+			if i == 0 && seed <= 2*len(algs) {
+				alg = algs[seed%len(algs)] // every algorithm alone, twice at least
 			}
 			rules = append(rules, Rule{Name: fmt.Sprintf("r%d", i), Algorithm: alg, Limit: randomLimit(rng, alg)})
 		}
@@ -95,7 +96,7 @@ func TestTwinMatchesScripts(t *testing.T) {
 		})
 	}
 	// The comparison means little unless both outcomes were exercised.
-	for _, alg := range Algorithms {
+	for _, alg := range Algorithms() {
 		if stats[alg+"/allowed"] < 20 || stats[alg+"/denied"] < 5 {
 			t.Errorf("%s: too few decisions compared: %v", alg, stats)
 		}
@@ -173,11 +174,12 @@ func TestTwinMatchesBatchedScriptCalls(t *testing.T) {
 	}
 	ctx := context.Background()
 	stats := map[Algorithm]int{} // answers per first rule's algorithm and outcome
+	algs := Algorithms()
 	for seed := 1; seed <= seeds; seed++ {
 		rng := rand.New(rand.NewSource(int64(1000 + seed)))
 		var rules []Rule
 		for i := 0; i < 1+rng.Intn(2); i++ {
-			alg := Algorithms[(seed+i)%len(Algorithms)]
+			alg := algs[(seed+i)%len(algs)]
 			rules = append(rules, Rule{Name: fmt.Sprintf("r%d", i), Algorithm: alg, Limit: randomLimit(rng, alg)})
 		}
 		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) {
@@ -237,7 +239,7 @@ func TestTwinMatchesBatchedScriptCalls(t *testing.T) {
 			}
 		})
 	}
-	for _, alg := range Algorithms {
+	for _, alg := range Algorithms() {
 		if stats[alg+"/allowed"] < 20 || stats[alg+"/denied"] < 5 {
 			t.Errorf("%s: too few answers compared: %v", alg, stats)
 		}

@@ -76,9 +76,9 @@
 // Period-long cell; for the buckets and GCRA, the time to refill Burst,
 // rounded up to the end of a cell (the Period, or that time when it is
 // shorter), so that a busy key's expiry moves once a cell at most (see
-// the README). A key whose TTL is removed
-// from outside (PERSIST) gets one again with its next window or cell.
-// Redis memory per key is in the README.
+// docs/keys.md). A key whose TTL is removed from outside (PERSIST) gets
+// one again with its next window or cell. Redis memory per key is in
+// docs/how-it-decides.md.
 //
 // # In memory
 //

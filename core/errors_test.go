@@ -102,3 +102,21 @@ func TestNewWithoutAlgorithm(t *testing.T) {
 		t.Errorf("nil client: %v", err)
 	}
 }
+
+// Validation knows the algorithms by itself: changing the list Algorithms
+// returns changes neither the next list nor what is valid.
+func TestAlgorithmListDoesNotDriveValidation(t *testing.T) {
+	_, client := newClock(t)
+	algs := Algorithms()
+	algs[0] = "bogus"
+	_ = append(algs[:5], "bogus")
+	if got := Algorithms(); got[0] != FixedWindow || got[5] != GCRA || len(got) != 6 {
+		t.Errorf("Algorithms() after changing an earlier result: %v", got)
+	}
+	if _, err := New(client, "bogus", PerSecond(1)); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("New with Algorithm(\"bogus\") after changing Algorithms(): got %v; want ErrInvalidConfig", err)
+	}
+	if _, err := NewLocal([]Rule{{Name: "a", Algorithm: "bogus", Limit: PerSecond(1)}}); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("NewLocal with Algorithm(\"bogus\"): got %v; want ErrInvalidConfig", err)
+	}
+}

@@ -9,19 +9,20 @@ import (
 // atomically inside Redis and has a pure-Go twin (see [Local]).
 type Algorithm string
 
-// The six algorithms. The README compares them (accuracy, burst behaviour,
-// Redis memory per key); in short:
+// The six algorithms. docs/how-it-decides.md compares them (accuracy, burst
+// behaviour, Redis memory per key); in short:
 //
 //   - FixedWindow counts events per aligned window of Period. Cheapest, but it
 //     admits up to 2×Rate across a window edge (Rate at the end of one window,
 //     Rate again at the start of the next).
 //   - SlidingWindowLog keeps one sorted-set entry per admitted request,
-//     carrying its cost: exact for any trailing window, memory O(requests
-//     in the window) per key (at most Rate), and a request's work in Redis
-//     does not grow with its cost.
+//     carrying its cost: exact for any trailing window, and a request's
+//     work in Redis does not grow with its cost. Memory is O(requests) per
+//     key: the requests of the window (at most Rate), and up to a Period's
+//     more, since those gone from the window are removed once a Period.
 //   - SlidingWindowCounter weights the previous window's count by its overlap
-//     with the trailing window: O(1) memory, approximate (see the README for
-//     the worst case).
+//     with the trailing window: O(1) memory, approximate (see
+//     docs/how-it-decides.md for the worst case).
 //   - LeakyBucket shapes: it admits like a meter of capacity Burst draining at
 //     Rate/Period and tells each admitted request how long to wait
 //     ([Result.Delay]) so that requests proceed evenly spaced.
@@ -39,19 +40,24 @@ const (
 	GCRA                 Algorithm = "gcra"                   // theoretical arrival time, one key
 )
 
-// Algorithms lists every algorithm, in the order of the constants above.
-var Algorithms = []Algorithm{FixedWindow, SlidingWindowLog, SlidingWindowCounter, LeakyBucket, TokenBucket, GCRA}
+// Algorithms returns every algorithm, in the order of the constants above,
+// in a new slice each call: changing it changes nothing else. Validation
+// does not read it.
+func Algorithms() []Algorithm {
+	return []Algorithm{FixedWindow, SlidingWindowLog, SlidingWindowCounter, LeakyBucket, TokenBucket, GCRA}
+}
 
 // windowed reports whether a is counted per window, where Burst must equal Rate.
 func (a Algorithm) windowed() bool {
 	return a == FixedWindow || a == SlidingWindowLog || a == SlidingWindowCounter
 }
 
+// valid reports whether a is one of the six constants. It names them
+// itself, so that nothing a caller can change decides what is valid.
 func (a Algorithm) valid() bool {
-	for _, b := range Algorithms {
-		if a == b {
-			return true
-		}
+	switch a {
+	case FixedWindow, SlidingWindowLog, SlidingWindowCounter, LeakyBucket, TokenBucket, GCRA:
+		return true
 	}
 	return false
 }

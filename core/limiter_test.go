@@ -81,7 +81,7 @@ func TestRemainingAfterFirstEvent(t *testing.T) {
 	// PerSecond(10) leaves 9 after one event for every algorithm; float
 	// truncation once made that 8.
 	_, client := newClock(t)
-	for _, alg := range Algorithms {
+	for _, alg := range Algorithms() {
 		r, err := newOn(t, client, alg, PerSecond(10)).Allow(context.Background(), "k")
 		if err != nil || !r.Allowed || r.Remaining != 9 {
 			t.Errorf("%s: %+v, %v; want allowed with Remaining 9", alg, r, err)
@@ -96,7 +96,7 @@ func TestRemainingAfterFirstEvent(t *testing.T) {
 func TestCost(t *testing.T) {
 	_, client := newClock(t)
 	ctx := context.Background()
-	for _, alg := range Algorithms {
+	for _, alg := range Algorithms() {
 		lim := newOn(t, client, alg, PerSecond(5))
 		for _, n := range []int{0, -1} {
 			if _, err := lim.AllowN(ctx, "k", n); err == nil || errors.Is(err, ErrCostExceedsLimit) || !strings.Contains(err.Error(), "must be positive") {
@@ -125,7 +125,7 @@ func TestCost(t *testing.T) {
 func TestPeekChangesNothing(t *testing.T) {
 	clk, client := newClock(t)
 	ctx := context.Background()
-	for _, alg := range Algorithms {
+	for _, alg := range Algorithms() {
 		lim := newOn(t, client, alg, PerMinute(5), WithPrefix("peek"))
 		r, err := lim.Peek(ctx, "fresh")
 		if err != nil || !r.Allowed || r.Remaining != 5 || r.ResetAfter != 0 {
@@ -377,7 +377,7 @@ func TestKeysExpireAtTheirCellsEnd(t *testing.T) {
 // never missing, never 0, never longer than needed to forget the key.
 func TestTTLOnEveryKey(t *testing.T) {
 	limits := []Limit{PerSecond(10), {Rate: 5, Period: 500 * ms}, {Rate: 1, Period: ms}, PerHour(3), {Rate: 2, Period: s, Burst: 6}, {Rate: 10, Period: s, Burst: 2}}
-	for _, alg := range Algorithms {
+	for _, alg := range Algorithms() {
 		for _, l := range limits {
 			if alg.windowed() && l.Burst != 0 {
 				continue
@@ -460,5 +460,28 @@ func TestNilClientAndOption(t *testing.T) {
 	_, client := newClock(t)
 	if _, err := New(client, GCRA, PerSecond(1), nil); err != nil {
 		t.Errorf("nil Option: %v", err)
+	}
+}
+
+// INCR followed by a separate EXPIRE leaves a key without TTL forever when
+// the second command is lost. Every write here happens in the one script
+// that also sets the TTL; the real-Redis test checks the TTLs after a
+// SCRIPT FLUSH in the middle of a run, and here no script source contains a
+// write without its expiry.
+func TestRegressionNoWriteWithoutTTL(t *testing.T) {
+	for _, name := range scriptFiles {
+		src, _ := luaFiles.ReadFile("lua/" + name)
+		text := string(src)
+		writes := strings.Count(text, "redis.call('HSET'") + strings.Count(text, "redis.call('ZADD'")
+		expires := strings.Count(text, "redis.call('PEXPIRE', key, ttl_ms(")
+		if writes > 0 && expires == 0 {
+			t.Errorf("%s writes without setting an expiry", name)
+		}
+		if strings.Contains(text, "'INCR'") || strings.Contains(text, "'EXPIRE'") {
+			t.Errorf("%s uses INCR or whole-second EXPIRE", name)
+		}
+		if strings.Contains(text, "redis.call('SET'") && !strings.Contains(text, "'PX'") {
+			t.Errorf("%s SETs without PX", name)
+		}
 	}
 }

@@ -45,13 +45,15 @@ const DefaultLocalKeys = 65536
 // again drops the keys that have expired (see tidy).
 const tidyEvery = 10 * time.Second
 
-// localState mirrors one rule's Redis key.
+// localState is one rule's state of a key, as its Redis key holds it; the
+// sliding log keeps only the requests still in the window (Redis removes
+// the others once a Period, and never counts them).
 type localState struct {
 	present bool
 	expires int64 // microseconds; the state is dropped from then on
 
-	w, p, c int64      // FixedWindow (w, c), SlidingWindowCounter (w, p, c), SlidingWindowLog (c: the events of log)
-	log     []logEntry // SlidingWindowLog: admitted requests, oldest first
+	w, p, c int64      // FixedWindow (w, c), SlidingWindowCounter (w, p, c), SlidingWindowLog (c: the sum of the costs in log)
+	log     []logEntry // SlidingWindowLog: the admitted requests still in the window, oldest first
 	t, v    int64      // meters: the TAT, t its whole ticks and v the remainder in units
 }
 

@@ -1,6 +1,8 @@
 package core
 
-import "time"
+import (
+	"time"
+)
 
 // Result is the outcome of one decision.
 //
@@ -46,4 +48,49 @@ type RuleResult struct {
 	RetryAfter time.Duration
 	ResetAfter time.Duration
 	Delay      time.Duration
+}
+
+// buildResult turns a script reply (see lua/policy.lua) into a Result. The
+// Go twin produces the same reply, so both share it.
+func buildResult(rules []compiledRule, v []int64) Result {
+	res := Result{Allowed: v[0] == 1, Rules: make([]RuleResult, len(rules))}
+	decider := -1
+	for i := range rules {
+		w := v[1+5*i:]
+		rr := RuleResult{
+			Name:       rules[i].Name,
+			Limit:      rules[i].Limit,
+			Allowed:    w[0] == 1,
+			Remaining:  int(w[1]),
+			RetryAfter: time.Duration(w[2]) * time.Microsecond,
+			ResetAfter: time.Duration(w[3]) * time.Microsecond,
+			Delay:      time.Duration(w[4]) * time.Microsecond,
+		}
+		res.Rules[i] = rr
+		if rr.ResetAfter > res.ResetAfter {
+			res.ResetAfter = rr.ResetAfter
+		}
+		if rr.Delay > res.Delay {
+			res.Delay = rr.Delay
+		}
+		if i == 0 || rr.Remaining < res.Remaining {
+			res.Remaining = rr.Remaining
+		}
+		// The deciding rule: when denied, the longest RetryAfter; when
+		// allowed, the least Remaining. Ties go to the earlier rule.
+		switch {
+		case decider < 0:
+			decider = i
+		case !res.Allowed && rr.RetryAfter > res.Rules[decider].RetryAfter:
+			decider = i
+		case res.Allowed && rr.Remaining < res.Rules[decider].Remaining:
+			decider = i
+		}
+	}
+	d := res.Rules[decider]
+	res.Limit, res.Rule = d.Limit, d.Name
+	if !res.Allowed {
+		res.RetryAfter = d.RetryAfter
+	}
+	return res
 }

@@ -1,7 +1,10 @@
 package core
 
 import (
+	"context"
 	"embed"
+	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -47,4 +50,71 @@ func scriptSource() string {
 		b.WriteByte('\n')
 	}
 	return b.String()
+}
+
+// costArgs holds small costs already boxed as script arguments, so the hot
+// path does not allocate to pass n.
+var costArgs = func() (a [65]interface{}) {
+	for i := range a {
+		a[i] = strconv.Itoa(i)
+	}
+	return a
+}()
+
+// peekArg is Peek's script argument, boxed once.
+var peekArg interface{} = "-1"
+
+// appendArgs appends a request's own script argument to dst: its cost n to
+// consume it (AllowN), or -n to only look (Peek).
+func appendArgs(dst []interface{}, consume bool, n int) []interface{} {
+	if !consume {
+		if n == 1 {
+			return append(dst, peekArg)
+		}
+		return append(dst, strconv.Itoa(-n))
+	}
+	if n < len(costArgs) {
+		return append(dst, costArgs[n])
+	}
+	return append(dst, strconv.Itoa(n))
+}
+
+// ruleArgs returns the script arguments every request of the limiter
+// shares: the number of rules, then each rule's parameters.
+func ruleArgs(rules []compiledRule) []interface{} {
+	args := []interface{}{strconv.Itoa(len(rules))}
+	for i := range rules {
+		args = append(args, rules[i].args...)
+	}
+	return args
+}
+
+// args returns the whole ARGV of one request alone.
+func (l *Limiter) args(consume bool, n int) []interface{} {
+	return appendArgs(append([]interface{}(nil), l.batch.ruleArgs...), consume, n)
+}
+
+// run decides key by the script, in the limiter's batcher, within the
+// limiter's timeout.
+func (l *Limiter) run(ctx context.Context, key string, consume bool, n int) (Result, error) {
+	c := getCall(callScript)
+	stored := storedKey(key)
+	c.keys = l.appendKeys(c.keys, stored)
+	c.args = appendArgs(c.args, consume, n)
+	c.unit = consume && n == 1
+	if l.batch.grouping == groupSlot {
+		c.slot = clusterSlot(stored)
+	}
+	answered, err := l.batch.do(ctx, l.opts.timeout, c)
+	if !answered {
+		return Result{}, err // c may still be in a pipeline: not reused
+	}
+	defer putCall(c) // after the Result is built: c.res is reused
+	if err != nil {
+		return Result{}, err
+	}
+	if len(c.res) != 1+5*len(l.rules) {
+		return Result{}, fmt.Errorf("sluice: unexpected script reply of %d values", len(c.res))
+	}
+	return buildResult(l.rules, c.res), nil
 }

@@ -273,3 +273,42 @@ func TestSlidingLogExtremeLimits(t *testing.T) {
 		}
 	}
 }
+
+// sliding_window_log.lua names members "<time>:<c+i>", c the events in the
+// window, trusting that "c only grows while the time stays the same". After
+// the clock steps back to a time that already has members, c can be smaller
+// than it was there (a write in between dropped more old events than it
+// added), the new member's name exists already, ZADD adds nothing, and the
+// event is not recorded: Redis admits where its twin (and the limit) denies,
+// and every further request at that instant (a whole batch) is admitted too.
+func TestSlidingLogClockStepBack(t *testing.T) {
+	clk, lim, twin := withTwin(t, Rule{Name: "log", Algorithm: SlidingWindowLog, Limit: PerSecond(3)})
+	ctx := context.Background()
+	T := start.Add(time.Hour)
+	at := func(tm time.Time) {
+		clk.m.SetTime(tm)
+		clk.now = tm
+	}
+	step := func(tm time.Time, what string) (Result, Result) {
+		at(tm)
+		got, err := lim.Allow(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := twin.AllowN(tm, "k", 1)
+		return got, want
+	}
+	step(T.Add(-20*time.Microsecond), "T-20µs")
+	step(T.Add(-10*time.Microsecond), "T-10µs")
+	step(T, "T") // member "T:2"
+	// Later: the two oldest have left; one more event.
+	step(T.Add(-10*time.Microsecond+time.Second), "T-10µs+1s")
+	// The clock steps back to T: the window holds "T:2" and the later event,
+	// so c = 2, and the new member is "T:2" again.
+	for i := 0; i < 3; i++ {
+		got, want := step(T, "T again")
+		if got.Allowed != want.Allowed || got.Remaining != want.Remaining {
+			t.Fatalf("request %d after the clock stepped back: script %+v\ntwin %+v", i, got, want)
+		}
+	}
+}

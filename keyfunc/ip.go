@@ -499,7 +499,7 @@ func (w *forwardingWarning) check(h http.Header, peer netip.Addr) {
 				"peer", peer.String(),
 				"fix", "key by keyfunc.ForwardedFor(trustedProxies...), keyfunc.TrustedHeader(header, trustedProxies...) "+
 					"or keyfunc.Forwarded(trustedProxies...) with the address ranges of your proxies "+
-					"(README: \"Behind a proxy\"); this warning is logged once")
+					"(see docs/proxies.md); this warning is logged once")
 		}
 		return
 	}

@@ -27,7 +27,7 @@
 -- was removed from outside is not taken, once its tag comes round, for a
 -- window ahead.
 -- Params: a = rate (events per window), b = period (ticks), c = 1 for the
--- integer form, 0 for the string form (core/params.go chooses, by the
+-- integer form, 0 for the string form (core/compile.go chooses, by the
 -- bounds above), d unused.
 -- Returns the common shape (prelude.lua).
 --

@@ -2,7 +2,7 @@
 -- prelude.lua, the six algorithm files and policy.lua into one script.
 --
 -- Lua numbers are doubles. Every quantity sluice computes is an integer
--- below 2^52 (core/params.go bounds the rules' parameters by 2^50; time in
+-- below 2^52 (core/compile.go bounds the rules' parameters by 2^50; time in
 -- microseconds reaches 2^52 in the year 2112), where doubles are exact. A
 -- quotient a/b of such integers rounds, but never across an integer: one
 -- that is not whole is at least 1/b from the nearest integer, more than

@@ -1,7 +1,7 @@
 -- sliding_window_log.lua: SlidingWindowLog. A sorted set with one member per
 -- admitted request, scored by its time, whatever its cost: exact for every
 -- trailing window of `period` ticks (microseconds: the log never counts in
--- milliseconds, see core/params.go). Memory is O(requests) per key: one
+-- milliseconds, see core/compile.go). Memory is O(requests) per key: one
 -- member for each request of the window, however many events it carries.
 --
 -- KEYS: the rule's key, a sorted set; score the request's time, member its

@@ -2,7 +2,6 @@ package flow
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
-
 	"github.com/sluicehq/sluice/core"
 )
 
@@ -85,26 +83,5 @@ func TestRequestDeadline(t *testing.T) {
 	admit(sleeper, bg)
 	if rec, next := admit(sleeper, bg); next || rec.Code != http.StatusServiceUnavailable || log.count() != 3 {
 		t.Errorf("deadline passed while held: next %v, status %d, %d error(s); want 503, reported", next, rec.Code, log.count())
-	}
-}
-
-// Shadow mode never denies: not for a key error with WithKeyErrorReject,
-// nor for a missing limiter when failing closed. A limiter built with
-// core.WithShadow tells the client nothing of a denial it does not enforce.
-func TestShadowNeverDenies(t *testing.T) {
-	log := &errs{}
-	noKey := WithKey(func(*http.Request) (string, error) { return "", errors.New("no key") })
-	f := New(miniLimiter(t, core.GCRA, core.PerMinute(1)), []Option{WithShadow(), WithKeyErrorReject(), noKey, WithErrorHandler(log.hook)})
-	if rec, next := admit(f, context.Background()); !next || rec.Code != http.StatusOK || log.count() != 1 {
-		t.Errorf("shadow mode, key error: next %v, status %d, %d error(s); want served, reported", next, rec.Code, log.count())
-	}
-	none := New(nil, []Option{WithShadow(), WithFailureMode(core.FailClosed), WithErrorHandler(log.hook)})
-	if rec, next := admit(none, context.Background()); !next || rec.Code != http.StatusOK || log.count() != 2 {
-		t.Errorf("shadow mode, no limiter: next %v, status %d, %d error(s); want served, reported", next, rec.Code, log.count())
-	}
-	shadowed := New(miniLimiter(t, core.GCRA, core.PerMinute(1), core.WithShadow()), []Option(nil))
-	admit(shadowed, context.Background())
-	if rec, next := admit(shadowed, context.Background()); !next || rec.Header().Get("RateLimit") != "" || rec.Header().Get("Retry-After") != "" {
-		t.Errorf("core shadow limiter, would-be denial: next %v, headers %v; want served without rate-limit headers", next, rec.Header())
 	}
 }

@@ -2,7 +2,6 @@ package core
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -24,7 +23,7 @@ func TestRealRedisExactAdmission(t *testing.T) {
 	}
 	ctx := context.Background()
 	const limit, attempts = 1000, 5 // 400 goroutines × 5 = 2000 attempts for 1000
-	for _, alg := range Algorithms {
+	for _, alg := range Algorithms() {
 		t.Run(string(alg), func(t *testing.T) {
 			prefix := fmt.Sprintf("exact-%s-%d", alg, time.Now().UnixNano())
 			lims := make([]*Limiter, len(clients))
@@ -149,7 +148,7 @@ func TestRealRedisPolicyAndPeek(t *testing.T) {
 	ctx := context.Background()
 	prefix := fmt.Sprintf("policy-%d", time.Now().UnixNano())
 	var rules []Rule
-	for i, alg := range Algorithms {
+	for i, alg := range Algorithms() {
 		rules = append(rules, Rule{Name: fmt.Sprintf("rule%d", i), Algorithm: alg, Limit: PerHour(10 + i)})
 	}
 	lim, err := NewPolicy(c, rules, WithPrefix(prefix))
@@ -174,52 +173,4 @@ func TestRealRedisPolicyAndPeek(t *testing.T) {
 	if n := c.Exists(ctx, lim.keys("k")...).Val(); n != 0 {
 		t.Errorf("%d keys left after Reset", n)
 	}
-}
-
-func TestWait(t *testing.T) {
-	c := redistest.Client(t)
-	prefix := fmt.Sprintf("wait-%d", time.Now().UnixNano())
-	ctx := context.Background()
-
-	t.Run("waits for the refill", func(t *testing.T) {
-		lim := newOn(t, c, TokenBucket, Limit{Rate: 1, Period: 50 * ms}, WithPrefix(prefix))
-		for i := 0; i < 3; i++ {
-			if err := lim.Wait(ctx, "jobs"); err != nil {
-				t.Fatal(err)
-			}
-		}
-	})
-	t.Run("leaky bucket sleeps its delay", func(t *testing.T) {
-		lim := newOn(t, c, LeakyBucket, Limit{Rate: 1, Period: 30 * ms, Burst: 3}, WithPrefix(prefix))
-		for i := 0; i < 4; i++ {
-			if err := lim.Wait(ctx, "jobs"); err != nil {
-				t.Fatal(err)
-			}
-		}
-	})
-	t.Run("a wait past the deadline fails at once", func(t *testing.T) {
-		lim := newOn(t, c, GCRA, PerHour(1), WithPrefix(prefix))
-		lim.Allow(ctx, "slow")
-		dctx, cancel := context.WithTimeout(ctx, time.Minute)
-		defer cancel()
-		err := lim.Wait(dctx, "slow")
-		if !errors.Is(err, context.DeadlineExceeded) || dctx.Err() != nil {
-			t.Errorf("got %v (context: %v), want an immediate DeadlineExceeded", err, dctx.Err())
-		}
-	})
-	t.Run("a canceled context stops the wait", func(t *testing.T) {
-		lim := newOn(t, c, GCRA, PerHour(1), WithPrefix(prefix))
-		lim.Allow(ctx, "canceled")
-		cctx, cancel := context.WithCancel(ctx)
-		time.AfterFunc(20*ms, cancel)
-		if err := lim.Wait(cctx, "canceled"); !errors.Is(err, context.Canceled) {
-			t.Errorf("got %v, want context.Canceled", err)
-		}
-	})
-	t.Run("cost above capacity fails at once", func(t *testing.T) {
-		lim := newOn(t, c, GCRA, PerHour(1), WithPrefix(prefix))
-		if err := lim.WaitN(ctx, "k", 2); !errors.Is(err, ErrCostExceedsLimit) {
-			t.Errorf("got %v", err)
-		}
-	})
 }

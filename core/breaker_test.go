@@ -1,0 +1,193 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// Once the breaker opens, recover probes until Redis answers. A client that
+// has been closed never answers again ("redis: client is closed"), so the
+// probe goroutine, holding the whole Limiter, runs forever: a goroutine
+// leak per limiter dropped while unhealthy (shutdown, a limiter per tenant).
+func TestBreakerProbeStopsWhenClientIsClosed(t *testing.T) {
+	c := redistest.RefusedClient(t)
+	lim := newOn(t, c, GCRA, PerSecond(1), WithHealthCheck(1, 50*time.Millisecond))
+	lim.Allow(context.Background(), "k")
+	if lim.Health() != Unhealthy {
+		t.Fatal("the breaker did not open")
+	}
+	c.Close()
+	probing := func() bool {
+		buf := make([]byte, 1<<20)
+		return strings.Contains(string(buf[:runtime.Stack(buf, true)]), "core.(*health).recover")
+	}
+	for deadline := time.Now().Add(5 * time.Second); probing(); {
+		if time.Now().After(deadline) {
+			t.Error("the health probe still runs 5s after the client was closed (probes every 50ms, forever)")
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestHealthBreakerOpensAndRecovers(t *testing.T) {
+	srv := redistest.StartT(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
+	defer c.Close()
+	var mu sync.Mutex
+	var changes []Health
+	changed := make(chan Health, 10)
+	lim := newOn(t, c, TokenBucket, PerMinute(5), WithHealthCheck(2, 100*time.Millisecond),
+		WithHealthHook(func(h Health, err error) {
+			mu.Lock()
+			changes = append(changes, h)
+			mu.Unlock()
+			changed <- h
+		}))
+	ctx := context.Background()
+	if r, err := lim.Allow(ctx, "k"); err != nil || r.Remaining != 4 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	srv.Stop()
+	for i := 0; i < 2; i++ {
+		if r, err := lim.Allow(ctx, "k"); err == nil || !r.Allowed {
+			t.Fatalf("Redis down, call %d: %+v %v; want fail open with the error", i, r, err)
+		}
+	}
+	if h := <-changed; h != Unhealthy || lim.Health() != Unhealthy {
+		t.Fatalf("after 2 failures: %v", h)
+	}
+	// While unhealthy, decisions do not go to Redis.
+	if _, err := lim.Allow(ctx, "k"); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("while unhealthy: %v, want ErrUnavailable", err)
+	}
+	restartUntilHealthy(t, srv, changed)
+	// Limiting resumes on the restarted, empty Redis, scripts reloaded.
+	for i := 4; i >= 0; i-- {
+		if r, err := lim.Allow(ctx, "k"); err != nil || r.Remaining != i {
+			t.Fatalf("after recovery: %+v %v; want Remaining %d", r, err, i)
+		}
+	}
+	if r, _ := lim.Allow(ctx, "k"); r.Allowed {
+		t.Error("over-admitted after recovery")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(changes) != "[unhealthy healthy]" {
+		t.Errorf("health changes %v", changes)
+	}
+}
+
+// The health hook sees the changes one at a time, in order: a caller that
+// reopens the breaker while the hook is told Healthy reports Unhealthy
+// after it, not before (a gauge fed by the hook would otherwise end on
+// healthy while the breaker is open).
+func TestHealthHookInOrder(t *testing.T) {
+	var mu sync.Mutex
+	var seen []Health
+	entered := make(chan struct{}, 10)
+	release := make(chan struct{})
+	h := &health{threshold: 1, probe: func(context.Context) error { return nil }}
+	h.hook = func(s Health, _ error) {
+		if s == Healthy {
+			entered <- struct{}{}
+			<-release // the hook of Healthy, held back at its start
+		}
+		mu.Lock()
+		seen = append(seen, s)
+		mu.Unlock()
+	}
+	h.failure(errors.New("down")) // opens; the probe answers and closes
+	<-entered
+	reopened := make(chan struct{})
+	go func() { h.failure(errors.New("down again")); close(reopened) }()
+	for !h.unhealthy() { // reopened; its hook comes next
+		runtime.Gosched()
+	}
+	time.Sleep(20 * time.Millisecond) // time for that hook to run, if nothing holds it
+	close(release)
+	<-reopened
+	var got string
+	for deadline := time.Now().Add(5 * time.Second); got == "" && time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		mu.Lock()
+		if len(seen) >= 3 {
+			got = fmt.Sprint(seen[:3])
+		}
+		mu.Unlock()
+	}
+	if got != "[unhealthy healthy unhealthy]" {
+		t.Errorf("the hook saw %s; want [unhealthy healthy unhealthy]", got)
+	}
+}
+
+// A breaker reopened soon after its probes closed it (Redis answers PING
+// but not the decisions) starts its pauses where they were, doubled, up to
+// the maximum; one reopened later starts again at 50ms.
+func TestBreakerBackoffAcrossReopenings(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	h := &health{maxBackoff: 400 * time.Millisecond}
+	for _, c := range []struct {
+		last, since, want time.Duration
+		what              string
+	}{
+		{0, 0, minBackoff, "never closed"},
+		{50 * time.Millisecond, 10 * time.Millisecond, 100 * time.Millisecond, "reopened at once"},
+		{100 * time.Millisecond, 900 * time.Millisecond, 200 * time.Millisecond, "reopened within a second"},
+		{400 * time.Millisecond, 10 * time.Millisecond, 400 * time.Millisecond, "at the maximum"},
+		{400 * time.Millisecond, 1500 * time.Millisecond, 400 * time.Millisecond, "within four pauses"},
+		{100 * time.Millisecond, 2 * time.Second, minBackoff, "reopened later"},
+	} {
+		h.lastBackoff, h.closedAt = c.last, time.Time{}
+		if c.last > 0 {
+			h.closedAt = now.Add(-c.since)
+		}
+		if got := h.firstBackoff(now); got != c.want {
+			t.Errorf("%s: first pause %v; want %v", c.what, got, c.want)
+		}
+	}
+}
+
+// Close ends the probe of a limiter whose Redis is down, which otherwise
+// runs (holding the limiter) until Redis answers; the closed limiter still
+// decides, asking Redis every time.
+func TestCloseEndsTheProbe(t *testing.T) {
+	lim := newOn(t, redistest.RefusedClient(t), TokenBucket, PerMinute(2), WithHealthCheck(1, 50*time.Millisecond))
+	var probes atomic.Int32
+	ping := lim.health.probe
+	lim.health.probe = func(ctx context.Context) error { probes.Add(1); return ping(ctx) }
+	ctx := context.Background()
+	lim.Allow(ctx, "k")
+	if lim.Health() != Unhealthy {
+		t.Fatal("the breaker did not open")
+	}
+	for probes.Load() == 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := lim.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for lim.Health() != Healthy {
+		time.Sleep(10 * time.Millisecond) // the probe ends at its next pause
+	}
+	after := probes.Load()
+	for i := 0; i < 3; i++ {
+		if _, err := lim.Allow(ctx, "k"); err == nil || errors.Is(err, ErrUnavailable) {
+			t.Errorf("closed limiter, Redis down: %v; want Redis's own error, no breaker", err)
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // four probe pauses, were one still running
+	if n := probes.Load(); n != after || lim.Health() != Healthy {
+		t.Errorf("after Close: %d more probes, health %v; want none, and no breaker", n-after, lim.Health())
+	}
+	lim.Close() // again: nothing
+}

@@ -1,0 +1,155 @@
+package core
+
+// Deadlines: a decision whose caller has stopped waiting is not sent late,
+// and a caller's own deadline says nothing about Redis's health. Each test
+// names the defect it guards against.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// exec says: "The pipeline's context ends when the last of its callers stops
+// waiting: go-redis then stops dialling or waiting for a connection, so a
+// decision nobody waits for any more is not sent late ... to consume quota
+// for a request long gone." execContext.Done returns nil, so go-redis's pool
+// (which selects on ctx.Done) never sees that deadline: the pipeline waits
+// for a connection up to PoolTimeout and is then sent, long after its caller
+// was told the decision failed.
+func TestTimedOutDecisionIsNotSentLate(t *testing.T) {
+	opt := redistest.Options(t)
+	opt.PoolSize, opt.PoolTimeout, opt.MaxRetries = 1, 30*time.Second, -1
+	opt.ClientName = "edge-late"
+	c := redis.NewClient(opt)
+	t.Cleanup(func() { c.Close() }) // after the hold is released
+	lim := newOn(t, c, FixedWindow, PerHour(5), WithTimeout(50*time.Millisecond),
+		WithFailureMode(FailClosed), WithHealthCheck(0, 0), WithPrefix(fmt.Sprintf("late-%d", time.Now().UnixNano())))
+	// Loaded, so that a late EVALSHA would run rather than meet NOSCRIPT
+	// (whatever ran on this server before).
+	loadScript(t, c)
+	release := holdOnlyConnection(t, c, opt.ClientName)
+
+	r, err := lim.Allow(context.Background(), "k")
+	if !errors.Is(err, context.DeadlineExceeded) || r.Allowed {
+		t.Fatalf("with the pool taken: %+v %v; want a timely denial with DeadlineExceeded", r, err)
+	}
+	// The caller has been answered (denied, FailClosed). Now the connection
+	// frees up.
+	release()
+	waitBatcherIdle(t, lim.batch)
+	admin := redistest.Client(t)
+	if v, err := admin.Get(context.Background(), lim.keys("k")[0]).Result(); err != redis.Nil {
+		t.Errorf("a decision whose caller had timed out (and been denied) was executed afterwards: key holds %q (%v)", v, err)
+	}
+}
+
+// With ContextTimeoutEnabled a lone caller sends its call itself, "the
+// deadline holds just the same". It does not while go-redis waits for a
+// pooled connection: execContext has no Done channel, so the pool waits its
+// PoolTimeout, not the decision's timeout.
+func TestInlineSendHonoursTimeoutWaitingForAConnection(t *testing.T) {
+	opt := redistest.Options(t)
+	opt.PoolSize, opt.PoolTimeout, opt.MaxRetries = 1, time.Hour, -1
+	opt.ContextTimeoutEnabled = true
+	opt.ClientName = "edge-inline-pool"
+	c := redis.NewClient(opt)
+	t.Cleanup(func() { c.Close() }) // after the hold is released
+	lim := newOn(t, c, GCRA, PerSecond(10), WithTimeout(50*time.Millisecond),
+		WithHealthCheck(0, 0), WithPrefix(fmt.Sprintf("inline-pool-%d", time.Now().UnixNano())))
+	if !lim.batch.inline {
+		t.Fatal("ContextTimeoutEnabled not detected")
+	}
+	release := holdOnlyConnection(t, c, opt.ClientName)
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := lim.Allow(context.Background(), "k")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("got %v, want DeadlineExceeded", err)
+		}
+	case <-time.After(10 * time.Second): // 200 times the 50ms timeout
+		t.Error("a decision with a 50ms timeout was still waiting after 10s (for a pooled connection)")
+		release()
+		<-done
+	}
+}
+
+// The inline path also ignores the caller's cancellation: do promises to
+// return when "ctx is done", and the queued path does, but sendInline hands
+// go-redis a context that carries only the deadline.
+func TestInlineSendHonoursCancel(t *testing.T) {
+	stuck := redis.NewClient(&redis.Options{Addr: redistest.StuckServer(t), ContextTimeoutEnabled: true,
+		MaxRetries: -1, ReadTimeout: time.Hour, WriteTimeout: time.Hour})
+	defer stuck.Close()
+	lim := newOn(t, stuck, GCRA, PerSecond(1), WithTimeout(time.Hour), WithHealthCheck(0, 0))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := lim.Allow(ctx, "k")
+		done <- err
+	}()
+	// Wait until the call is on its way (the inline sender holds active).
+	for {
+		lim.batch.mu.Lock()
+		a := lim.batch.active
+		lim.batch.mu.Unlock()
+		if a > 0 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond)
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("got %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("a canceled caller was still waiting 10s later (inline path ignores ctx.Done)")
+		stuck.Close()
+		<-done
+	}
+}
+
+// A caller whose own context has already run out says nothing about Redis,
+// yet decide counts its DeadlineExceeded as a Redis failure: three such
+// callers open the breaker, and every caller of the limiter is then decided
+// by the failure mode (here: denied) while Redis is perfectly healthy.
+func TestCallerDeadlineDoesNotOpenTheBreaker(t *testing.T) {
+	c := redistest.Client(t)
+	lim := newOn(t, c, TokenBucket, PerMinute(100), WithFailureMode(FailClosed),
+		WithPrefix(fmt.Sprintf("expired-%d", time.Now().UnixNano())))
+	expired, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	for i := 0; i < 3; i++ {
+		lim.Allow(expired, fmt.Sprintf("impatient-%d", i))
+	}
+	r, err := lim.Allow(context.Background(), "someone-else")
+	if err != nil || !r.Allowed || lim.Health() != Healthy {
+		t.Errorf("a healthy Redis after three callers with expired contexts: %+v, %v, health %v; want an admission", r, err, lim.Health())
+	}
+}
+
+func TestTimeoutBoundsADecision(t *testing.T) {
+	// A server that accepts connections and never answers: the decision
+	// must come back with a timeout error, decided by the failure mode.
+	stuck := redistest.StuckServer(t)
+	c := redis.NewClient(&redis.Options{Addr: stuck, MaxRetries: -1, ReadTimeout: time.Minute})
+	defer c.Close()
+	lim := newOn(t, c, GCRA, PerSecond(1), WithTimeout(50*time.Millisecond), WithFailureMode(FailClosed))
+	r, err := lim.Allow(context.Background(), "k")
+	if !errors.Is(err, context.DeadlineExceeded) || r.Allowed {
+		t.Errorf("got %+v, %v; want a denial with DeadlineExceeded", r, err)
+	}
+}

@@ -1,0 +1,106 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+func TestFailureModes(t *testing.T) {
+	ctx := context.Background()
+	c := redistest.RefusedClient(t)
+	cases := []struct {
+		mode    FailureMode
+		allowed []bool // three calls on one key, limit 2
+	}{
+		{FailOpen, []bool{true, true, true}},
+		{FailClosed, []bool{false, false, false}},
+		{FailLocal, []bool{true, true, false}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.mode.String(), func(t *testing.T) {
+			lim := newOn(t, c, TokenBucket, PerMinute(2), WithFailureMode(tc.mode), WithHealthCheck(0, 0))
+			for i, want := range tc.allowed {
+				r, err := lim.Allow(ctx, "k")
+				if err == nil || r.Allowed != want {
+					t.Errorf("call %d: allowed=%v err=%v; want allowed=%v and the error", i, r.Allowed, err, want)
+				}
+			}
+			if tc.mode == FailLocal {
+				if r, err := lim.Peek(ctx, "k"); err == nil || r.Remaining != 0 || len(r.Rules) != 1 {
+					t.Errorf("peek on the twin: %+v %v", r, err)
+				}
+			}
+		})
+	}
+	if _, err := New(c, GCRA, PerSecond(1), WithFailureMode(FailureMode(7))); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("unknown failure mode: %v", err)
+	}
+}
+
+func TestWaitWithFailLocal(t *testing.T) {
+	lim := newOn(t, redistest.RefusedClient(t), TokenBucket, Limit{Rate: 1, Period: 20 * time.Millisecond}, WithFailureMode(FailLocal))
+	for i := 0; i < 3; i++ {
+		if err := lim.Wait(context.Background(), "k"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	open := newOn(t, redistest.RefusedClient(t), TokenBucket, PerSecond(1))
+	if err := open.Wait(context.Background(), "k"); err == nil {
+		t.Error("Wait on a dead Redis without FailLocal returned nil")
+	}
+}
+
+// With FailLocal, the in-process twin decides while Redis is down and keeps
+// what it admitted once Redis is back, until it expires: Redis failing
+// again must not hand the budget out afresh (see faillocal_test.go). A
+// caller that gave up takes nothing from it.
+func TestFailLocalTwinAcrossAnOutage(t *testing.T) {
+	srv := redistest.StartT(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
+	defer c.Close()
+	changed := make(chan Health, 10)
+	lim := newOn(t, c, TokenBucket, PerMinute(5), WithFailureMode(FailLocal), WithHealthCheck(2, 100*time.Millisecond),
+		WithHealthHook(func(h Health, _ error) { changed <- h }))
+	twinKeys := func() int {
+		lim.local.mu.Lock()
+		defer lim.local.mu.Unlock()
+		return len(lim.local.keys)
+	}
+	ctx := context.Background()
+	canceled, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := lim.Allow(canceled, "gone"); err == nil || twinKeys() != 0 {
+		t.Errorf("a canceled caller: %v, %d key(s) in the twin; want its error and nothing taken", err, twinKeys())
+	}
+	srv.Stop()
+	for i := 0; i < 2; i++ {
+		lim.Allow(ctx, "k")
+	}
+	if h := <-changed; h != Unhealthy {
+		t.Fatalf("after 2 failures: %v", h)
+	}
+	for i := 0; i < 100; i++ {
+		if r, err := lim.Allow(ctx, fmt.Sprint("client-", i)); err == nil || !r.Allowed {
+			t.Fatalf("twin decision %d: %+v, %v", i, r, err)
+		}
+	}
+	if n := twinKeys(); n < 100 {
+		t.Fatalf("%d keys in the twin during the outage; want 100 or more", n)
+	}
+	restartUntilHealthy(t, srv, changed)
+	if r, err := lim.Allow(ctx, "client-0"); err != nil || r.Remaining != 4 {
+		t.Errorf("Redis back: %+v %v; want its own state, Remaining 4", r, err)
+	}
+	if n := twinKeys(); n < 100 {
+		t.Errorf("%d keys left in the twin once Redis is back; want 100 or more", n)
+	}
+	if r := lim.local.Peek(time.Now(), "client-0"); r.Remaining != 4 {
+		t.Errorf("the twin forgot what it admitted: %+v", r)
+	}
+}

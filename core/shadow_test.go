@@ -1,0 +1,75 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+func TestShadowAndObserver(t *testing.T) {
+	_, client := newClock(t)
+	var events []Event
+	lim := newOn(t, client, FixedWindow, PerHour(2), WithShadow(), WithObserver(func(e Event) { events = append(events, e) }))
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		r, err := lim.Allow(ctx, "secret-key")
+		if err != nil || !r.Allowed || r.ShadowDenied != (i == 2) || r.RetryAfter != 0 {
+			t.Errorf("call %d: %+v %v", i, r, err)
+		}
+	}
+	if len(events) != 3 {
+		t.Fatalf("%d events", len(events))
+	}
+	want := []Outcome{OutcomeAllowed, OutcomeAllowed, OutcomeDenied}
+	for i, e := range events {
+		if e.Outcome != want[i] || e.Shadow != (i == 2) || !e.Allowed || e.Rule != "fixed_window" || e.N != 1 || e.KeyHash != keyHash("secret-key") || e.Latency <= 0 {
+			t.Errorf("event %d: %+v", i, e)
+		}
+	}
+	// The shadow limit counted for real: the state says 0 left.
+	if r, _ := lim.Peek(ctx, "secret-key"); r.Remaining != 0 {
+		t.Errorf("shadow mode did not count: %+v", r)
+	}
+	// In shadow mode Wait never waits.
+	if err := lim.Wait(ctx, "secret-key"); err != nil {
+		t.Error(err)
+	}
+
+	var errs []Event
+	dead := newOn(t, redistest.RefusedClient(t), GCRA, PerSecond(1), WithFailureMode(FailLocal), WithObserver(func(e Event) { errs = append(errs, e) }))
+	dead.Allow(ctx, "k")
+	if len(errs) != 1 || errs[0].Outcome != OutcomeFallback || errs[0].Err == nil {
+		t.Errorf("fallback event: %+v", errs)
+	}
+}
+
+// Shadow mode never denies nor makes wait: a LeakyBucket's Delay is 0, so
+// WaitN returns at once; and with Redis unreachable the request is
+// admitted whatever the failure mode, with the error.
+func TestShadowNeverDeniesNorWaits(t *testing.T) {
+	ctx := context.Background()
+	leaky := newOn(t, redistest.Client(t), LeakyBucket, Limit{Rate: 1, Period: time.Minute, Burst: 5}, WithShadow(),
+		WithPrefix(fmt.Sprintf("shadow-wait-%d", time.Now().UnixNano())))
+	if err := leaky.Wait(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	soon, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := leaky.Wait(soon, "k"); err != nil {
+		t.Errorf("second Wait, its turn a minute away: %v; want nil at once in shadow mode", err)
+	}
+	if r, err := leaky.Allow(ctx, "k"); err != nil || !r.Allowed || r.Delay != 0 {
+		t.Errorf("Allow in shadow mode: %+v %v; want admitted with no Delay", r, err)
+	}
+	for _, mode := range []FailureMode{FailClosed, FailLocal} {
+		lim := newOn(t, redistest.RefusedClient(t), TokenBucket, PerMinute(1), WithShadow(), WithFailureMode(mode), WithHealthCheck(0, 0))
+		for i := 0; i < 3; i++ {
+			if r, err := lim.Allow(ctx, "k"); err == nil || !r.Allowed {
+				t.Errorf("%s, Redis unreachable, call %d: %+v %v; want admitted, with the error", mode, i, r, err)
+			}
+		}
+	}
+}
