@@ -55,6 +55,7 @@ type batcher struct {
 	active    int            // flushers running (stalled ones too), and a caller sending inline
 	parked    int            // flushers waiting on wake for another batch (see flush)
 	wake      chan bool      // to a parked flusher: true, send; false, exit
+	closed    bool           // Close was called: flushers end rather than park
 	inflight  int            // calls in batches being sent, until their flusher next takes mu
 	scratch   []*execScratch // idle flushers' scratch, reused by the next
 	scratches []*execScratch // every scratch made, idle or sending
@@ -225,10 +226,11 @@ func (b *batcher) handOver() bool {
 }
 
 // releaseParked lets the parked flushers go, with b.mu held, once nothing
-// is active: a flusher only waits while another batch is in flight, so none
-// outlives the batcher's traffic.
+// is active or the batcher is closed: a flusher only waits while another
+// batch is in flight, so none outlives the batcher's traffic, nor its
+// Close.
 func (b *batcher) releaseParked() {
-	if b.active > 0 {
+	if b.active > 0 && !b.closed {
 		return
 	}
 	for ; b.parked > 0; b.parked-- {
@@ -303,6 +305,18 @@ func (b *batcher) mayGo(now time.Time) bool {
 // at 256 callers on the machine of BENCHMARKS.md).
 const stallAfter = 5 * time.Millisecond
 
+// close ends the parked flushers, and makes every flusher end from now on
+// when it has nothing to send rather than park: behind a batch that hangs,
+// parked flushers would otherwise wait for as long as it hangs. Calls
+// still go to Redis after close, each started flusher ending once its
+// queue is empty.
+func (b *batcher) close() {
+	b.mu.Lock()
+	b.closed = true
+	b.releaseParked()
+	b.mu.Unlock()
+}
+
 // flush sends batches until the queue is empty, or until what is left may
 // wait for a batch in flight (see mayGo). While another batch is in
 // flight, it then parks until handOver wakes it for the next batch, rather
@@ -337,7 +351,7 @@ func (b *batcher) flush() {
 				b.holdBack(time.Now()) // in case the batch in flight stalls
 			}
 			b.scratch = append(b.scratch, x)
-			if b.active == 0 {
+			if b.active == 0 || b.closed {
 				b.releaseParked()
 				b.mu.Unlock()
 				return
