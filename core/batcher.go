@@ -16,28 +16,46 @@ import (
 // goroutine sends what is queued at once; while one is in flight, the calls
 // arriving meanwhile gather and go together in the next (see mayGo). No
 // timer holds a call back: a lone caller is sent immediately, and a crowd
-// is batched naturally by the round trip it waits for.
-//
-// At most flushers run at once, not counting those whose batch has been
-// out for stallAfter (stalled: on a hung connection, most likely), and at
-// most stalls of those (the client's pool size): a flusher stuck in a read
-// on a dead connection leaves its place to a new one, so hung connections
-// short of the whole pool hold back no decision on the others (see room).
-// Flushers are started by do and the watchdog (expire), and end themselves
-// once nothing is pending or in flight (flush).
+// is batched by the round trip it waits for.
 //
 // Because the caller waits on a channel rather than on the connection, its
 // deadline holds whatever the client's own timeouts are (go-redis ignores
 // context deadlines on reads unless ContextTimeoutEnabled is set): one
 // watchdog timer per batcher ends the wait of every call whose deadline has
-// passed (see expire), and a caller whose context can end watches it too. A
-// call abandoned before its pipeline is built is never sent.
+// passed (watchdog.go), and a caller whose context can end watches it too.
+// A call abandoned before its pipeline is built is never sent. When the
+// client does enforce context deadlines, a caller that finds nothing in
+// flight sends its call itself (inline.go).
 //
-// When the client does enforce context deadlines (ContextTimeoutEnabled),
-// a caller that finds nothing in flight sends its call itself, from its own
-// goroutine: the deadline holds just the same, and a lone caller is spared
-// the handoff to a flusher and back. Callers arriving meanwhile queue for a
-// flusher as usual.
+// Invariants. b.mu guards every field below it in batcher, and the batch
+// and sentAt of every execScratch.
+//
+//   - active counts the flushers that hold a place: running, sending, or
+//     stalled in a send; plus a caller sending inline. A place is counted,
+//     under b.mu, before its goroutine runs; it is given back, under b.mu,
+//     by its holder only: a flusher when it parks or ends, an inline caller
+//     when it is done (or handed to a flusher, see handOver).
+//   - parked counts the flushers blocked on wake, holding no place. Only
+//     handOver takes one (a place counted for it; wake <- true) and only
+//     releaseParked lets them all go (wake <- false), once active is 0 or
+//     the batcher is closed.
+//   - inflight counts the calls in batches taken by flushers, until their
+//     flusher next takes b.mu: what mayGo weighs pending against.
+//   - flushers bounds active, not counting stalled sends (a batch out for
+//     stallAfter); stalls bounds the stalled sends beyond it, one per pooled
+//     connection: active <= flushers+stalls (see room).
+//   - A flusher is started only when its place has just been counted and no
+//     flusher was parked to take it (handOver): by do, when canStart; by the
+//     watchdog (expire), for calls queued behind a stalled batch; and by an
+//     inline caller that finds calls queued when it is done.
+//   - A flusher ends only itself, in flush: when it has nothing it may send
+//     and either no other place is held or the batcher is closed (close),
+//     or when woken with false. So none outlives the traffic, nor Close.
+//   - A call is claimed once (call.claim): by its flusher with an answer,
+//     by the watchdog or stillWaits at its deadline, or by its caller giving
+//     up. Only the claimer signals done, once; the others leave it alone.
+
+// batcher is one Limiter's queue of calls and the flushers that send it.
 type batcher struct {
 	client    redis.UniversalClient
 	flushers  int // flushers running at once, not counting stalled sends (see newBatcher)
@@ -67,24 +85,19 @@ type batcher struct {
 	failed sendFailure // why sends fail, for the calls that time out
 }
 
+// grouping says which decisions of a batch may share one script call: a
+// script may only touch keys of one node (of one slot, on a cluster).
+type grouping uint8
+
 const (
 	groupAll  grouping = iota // one server (a Client, also with Sentinel): all together
 	groupSlot                 // a ClusterClient: by hash slot
 	groupNone                 // a Ring or another client: each alone
 )
 
-// grouping says which decisions of a batch may share one script call: a
-// script may only touch keys of one node (of one slot, on a cluster).
-type grouping uint8
-
 func newBatcher(client redis.UniversalClient, rules int, ruleArgs []interface{}) *batcher {
 	// Three flushers: a batch that mayGo lets go may leave while a flusher
-	// whose batch has returned still hands out its answers (with two, it
-	// mostly waited for that flusher); now and then three batches are out
-	// at once. GCRA at 64 callers, runs of 2s alternated eight times: 157k
-	// decisions/s on average against 145k with two, and with
-	// ContextTimeoutEnabled 165k against 140k; 1, 16 and 256 callers
-	// within the runs' spread.
+	// whose batch has returned still hands out its answers.
 	b := &batcher{client: client, flushers: 3, maxBatch: 512, execLimit: 30 * time.Second,
 		inline: enforcesDeadlines(client), rules: rules, ruleArgs: ruleArgs, grouping: groupNone,
 		stalls: poolSize(client)}
@@ -280,9 +293,7 @@ func (b *batcher) room(now time.Time) bool {
 // one script call after the other, so a second pipeline sent early would
 // only queue behind the first; a few calls sent alone would each pay a
 // whole script call and round trip, and hold a flusher that a larger batch
-// could use. (Measured at 64 callers: a fifth of the batches were single
-// calls without this, and 15-25% fewer decisions per second.) What does
-// not go now goes when a batch in flight returns, or when the watchdog
+// could use. What does not go now goes when a batch in flight returns, or when the watchdog
 // finds it stalled (see holdBack): a pipeline hung on a dead connection
 // must not hold back every call behind it while another connection could
 // answer.
@@ -301,8 +312,7 @@ func (b *batcher) mayGo(now time.Time) bool {
 
 // stallAfter is how long a batch may be out before the calls behind it
 // stop waiting for it to return, and before it stops holding a flusher's
-// place (see room): well beyond a round trip of a large batch (about 1ms
-// at 256 callers on the machine of BENCHMARKS.md).
+// place (see room): well beyond a round trip of a large batch.
 const stallAfter = 5 * time.Millisecond
 
 // close ends the parked flushers, and makes every flusher end from now on
@@ -320,10 +330,9 @@ func (b *batcher) close() {
 // flush sends batches until the queue is empty, or until what is left may
 // wait for a batch in flight (see mayGo). While another batch is in
 // flight, it then parks until handOver wakes it for the next batch, rather
-// than end and let a new goroutine take its place: at 64 callers a batch
-// went out about every 140µs, and each new flusher grew its stack again
-// through go-redis's calls (6% of the client's CPU). It ends once nothing
-// is in flight (releaseParked).
+// than end and let a new goroutine take its place, whose stack would grow
+// again through go-redis's calls. It ends once no other place is held, or
+// once the batcher is closed (releaseParked, close).
 func (b *batcher) flush() {
 	var x *execScratch
 	var done []*call // the batch just sent, to give back as spare
