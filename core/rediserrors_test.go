@@ -2,6 +2,8 @@ package core
 
 import (
 	"errors"
+	"fmt"
+	"net"
 	"testing"
 )
 
@@ -43,7 +45,30 @@ func TestRedisRefusalsClassifiedOnce(t *testing.T) {
 			t.Errorf("%q: a reply about one command taken for Redis refusing decisions", msg)
 		}
 	}
-	if availability(errors.New("redis: client is closed")) != true {
+	if !availability(errors.New("redis: client is closed")) {
 		t.Errorf("an error that is no reply from Redis must count against its health")
+	}
+}
+
+// A connection closed under a call is resendable only when the call went
+// alone: go-redis reports a closed handshake bare (nothing was written),
+// and so does crypto/tls a write cut short, after which other script calls
+// of the same pipeline may have gone out whole and run.
+func TestClosedConnectionResendableOnlyAlone(t *testing.T) {
+	for _, tc := range []struct {
+		err         error
+		alone, want bool
+	}{
+		{net.ErrClosed, true, true},
+		{net.ErrClosed, false, false},
+		{fmt.Errorf("redis: handshake: %w", net.ErrClosed), false, false},
+		{&net.OpError{Op: "write", Err: net.ErrClosed}, true, true},
+		{&net.OpError{Op: "write", Err: net.ErrClosed}, false, false},
+		{&net.OpError{Op: "read", Err: net.ErrClosed}, true, false},
+		{&net.OpError{Op: "dial", Err: net.ErrClosed}, false, true},
+	} {
+		if got := resendable(tc.err, tc.alone); got != tc.want {
+			t.Errorf("resendable(%v, alone %v) = %v; want %v", tc.err, tc.alone, got, tc.want)
+		}
 	}
 }

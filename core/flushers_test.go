@@ -14,6 +14,49 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
+// Flushers park while another batch is in flight (see flush), but none is
+// left once the traffic ends: a limiter nobody uses holds no goroutine.
+func TestNoFlusherOutlivesTheTraffic(t *testing.T) {
+	c := redistest.Client(t)
+	lim := newOn(t, c, GCRA, PerHour(1_000_000), WithPrefix(fmt.Sprintf("park-%d", time.Now().UnixNano())))
+	ctx := context.Background()
+	for round := 0; round < 3; round++ {
+		var wg sync.WaitGroup
+		for g := 0; g < 64; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < 50; i++ {
+					if _, err := lim.Allow(ctx, fmt.Sprintf("k%d", (g+i)%7)); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		waitBatcherIdle(t, lim.batch)
+		for deadline := time.Now().Add(10 * time.Second); flushersRunning(lim.batch) > 0; {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: %d flusher goroutines left after the traffic", round, flushersRunning(lim.batch))
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
+// flushersRunning counts the goroutines in b's flush.
+func flushersRunning(b *batcher) int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Count(string(buf[:n]), fmt.Sprintf("core.(*batcher).flush(%p)", b))
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
 // holdFirstPipeline is a go-redis hook that holds the first EVALSHA
 // pipeline, after its reply, until release is closed: a batch in flight
 // for as long as the test wants, as on a connection that hangs.
