@@ -27,8 +27,8 @@ import (
 // client does enforce context deadlines, a caller that finds nothing in
 // flight sends its call itself (inline.go).
 //
-// Invariants. b.mu guards every field below it in batcher, and the batch
-// and sentAt of every execScratch.
+// Invariants. b.mu guards the fields of batcher from pending to watchAt,
+// and the batch and sentAt of every execScratch (failed has its own lock).
 //
 //   - active counts the flushers that hold a place: running, sending, or
 //     stalled in a send; plus a caller sending inline. A place is counted,
@@ -54,6 +54,8 @@ import (
 //   - A call is claimed once (call.claim): by its flusher with an answer,
 //     by the watchdog or stillWaits at its deadline, or by its caller giving
 //     up. Only the claimer signals done, once; the others leave it alone.
+//     A call sent inline is neither queued nor claimed: its caller sends it
+//     and reads the answer itself.
 
 // batcher is one Limiter's queue of calls and the flushers that send it.
 type batcher struct {

@@ -9,11 +9,8 @@ import (
 // call is one queued command: the policy script (EVALSHA, EVAL on NOSCRIPT),
 // a DEL of keys (Reset) or a PING (the health probe).
 //
-// A call waits until one of three claims it (claim): its flusher, with an
-// answer; the batcher's watchdog, at its deadline; or its caller, giving up
-// when its context ends. Whoever claims it signals done, once; the others
-// leave it alone. A call sent inline (sendInline) is neither queued nor
-// claimed: its caller sends it and reads the answer itself.
+// A call waits until one of its flusher, the watchdog or its caller claims
+// it (claim; see the invariants in batcher.go).
 //
 // Script calls are pooled. A caller whose call was answered puts it back
 // once it has read the answer; the flusher touches an answered call no more
