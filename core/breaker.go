@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -138,40 +136,4 @@ func (h *health) close() {
 	if h.stopped.CompareAndSwap(false, true) {
 		close(h.stop)
 	}
-}
-
-// availability reports whether err says Redis cannot serve decisions (as
-// opposed to an error about one request, such as a key of the wrong type).
-func availability(err error) bool {
-	// The limiter's own timeout counts, whatever error it names as its
-	// cause (see timeoutError): Redis did not answer in time.
-	if errors.Is(err, context.DeadlineExceeded) {
-		return true
-	}
-	// A connection closed on this side says nothing about Redis: go-redis
-	// closes a failover client's connections to a master that the
-	// sentinels have replaced, calls in flight on them included.
-	if errors.Is(err, net.ErrClosed) {
-		return false
-	}
-	var ne net.Error
-	if errors.As(err, &ne) {
-		return true
-	}
-	msg := err.Error()
-	// OOM: a Redis out of memory under noeviction refuses the writes of
-	// every admission, not of one request.
-	for _, p := range []string{"LOADING", "READONLY", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "BUSY", "NOREPLICAS", "OOM"} {
-		if strings.HasPrefix(msg, p) {
-			return true
-		}
-	}
-	// Anything that is not a reply from Redis: a closed pool, EOF, a refused
-	// connection.
-	return !isRedisReply(err)
-}
-
-func isRedisReply(err error) bool {
-	var re redis.Error
-	return errors.As(err, &re)
 }

@@ -161,7 +161,9 @@ func (l *Limiter) Rules() []Rule {
 
 // Close stops the limiter's background work: the probe that, while Redis
 // is taken for unhealthy, waits for it to answer again (and holds the
-// limiter meanwhile). It does not close the Redis client, which is the
+// limiter meanwhile), and the goroutines that send decisions to Redis and
+// wait between batches; from then on, each of those ends as soon as it has
+// nothing to send. It does not close the Redis client, which is the
 // caller's. A closed limiter still decides, always by asking Redis (the
 // failure mode still decides each call that fails), with no breaker.
 // Limiters built and dropped at run time (one per tenant, say) should be
@@ -169,6 +171,7 @@ func (l *Limiter) Rules() []Rule {
 // called more than once.
 func (l *Limiter) Close() error {
 	l.health.close()
+	l.batch.close()
 	return nil
 }
 

@@ -1,0 +1,393 @@
+package core
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The batcher coalesces concurrent decisions of one Limiter into pipelines.
+//
+// A caller queues its call and waits for its own result, or for its own
+// deadline, whichever comes first. While no pipeline is in flight, a flusher
+// goroutine sends what is queued at once; while one is in flight, the calls
+// arriving meanwhile gather and go together in the next (see mayGo). No
+// timer holds a call back: a lone caller is sent immediately, and a crowd
+// is batched by the round trip it waits for.
+//
+// Because the caller waits on a channel rather than on the connection, its
+// deadline holds whatever the client's own timeouts are (go-redis ignores
+// context deadlines on reads unless ContextTimeoutEnabled is set): one
+// watchdog timer per batcher ends the wait of every call whose deadline has
+// passed (watchdog.go), and a caller whose context can end watches it too.
+// A call abandoned before its pipeline is built is never sent. When the
+// client does enforce context deadlines, a caller that finds nothing in
+// flight sends its call itself (inline.go).
+//
+// Invariants. b.mu guards the fields of batcher from pending to watchAt,
+// and the batch and sentAt of every execScratch (failed has its own lock).
+//
+//   - active counts the flushers that hold a place: running, sending, or
+//     stalled in a send; plus a caller sending inline. A place is counted,
+//     under b.mu, before its goroutine runs; it is given back, under b.mu,
+//     by its holder only: a flusher when it parks or ends, an inline caller
+//     when it is done (or handed to a flusher, see handOver).
+//   - parked counts the flushers blocked on wake, holding no place. Only
+//     handOver takes one (a place counted for it; wake <- true) and only
+//     releaseParked lets them all go (wake <- false), once active is 0 or
+//     the batcher is closed.
+//   - inflight counts the calls in batches taken by flushers, until their
+//     flusher next takes b.mu: what mayGo weighs pending against.
+//   - flushers bounds active, not counting stalled sends (a batch out for
+//     stallAfter); stalls bounds the stalled sends beyond it, one per pooled
+//     connection: active <= flushers+stalls (see room).
+//   - A flusher is started only when its place has just been counted and no
+//     flusher was parked to take it (handOver): by do, when canStart; by the
+//     watchdog (expire), for calls queued behind a stalled batch; and by an
+//     inline caller that finds calls queued when it is done.
+//   - A flusher ends only itself, in flush: when it has nothing it may send
+//     and either no other place is held or the batcher is closed (close),
+//     or when woken with false. So none outlives the traffic, nor Close.
+//   - A call is claimed once (call.claim): by its flusher with an answer,
+//     by the watchdog or stillWaits at its deadline, or by its caller giving
+//     up. Only the claimer signals done, once; the others leave it alone.
+//     A call sent inline is neither queued nor claimed: its caller sends it
+//     and reads the answer itself.
+
+// batcher is one Limiter's queue of calls and the flushers that send it.
+type batcher struct {
+	client    redis.UniversalClient
+	flushers  int // flushers running at once, not counting stalled sends (see newBatcher)
+	stalls    int // stalled sends that may be out at once beyond flushers (see room)
+	maxBatch  int
+	execLimit time.Duration // bound of one pipeline's context
+	inline    bool          // the client enforces context deadlines
+	grouping  grouping      // which decisions may share a script call
+	rules     int           // keys per decision
+	ruleArgs  []interface{} // the script arguments every decision shares
+
+	mu        sync.Mutex
+	pending   []*call
+	spare     []*call        // an emptied batch, reused as the next pending slice
+	active    int            // flushers running (stalled ones too), and a caller sending inline
+	parked    int            // flushers waiting on wake for another batch (see flush)
+	wake      chan bool      // to a parked flusher: true, send; false, exit
+	closed    bool           // Close was called: flushers end rather than park
+	inflight  int            // calls in batches being sent, until their flusher next takes mu
+	scratch   []*execScratch // idle flushers' scratch, reused by the next
+	scratches []*execScratch // every scratch made, idle or sending
+
+	watch    *time.Timer // the watchdog (expire), armed while watching
+	watching bool
+	watchAt  time.Time // when it fires, while watching
+
+	failed sendFailure // why sends fail, for the calls that time out
+}
+
+// grouping says which decisions of a batch may share one script call: a
+// script may only touch keys of one node (of one slot, on a cluster).
+type grouping uint8
+
+const (
+	groupAll  grouping = iota // one server (a Client, also with Sentinel): all together
+	groupSlot                 // a ClusterClient: by hash slot
+	groupNone                 // a Ring or another client: each alone
+)
+
+func newBatcher(client redis.UniversalClient, rules int, ruleArgs []interface{}) *batcher {
+	// Three flushers: a batch that mayGo lets go may leave while a flusher
+	// whose batch has returned still hands out its answers.
+	b := &batcher{client: client, flushers: 3, maxBatch: 512, execLimit: 30 * time.Second,
+		inline: enforcesDeadlines(client), rules: rules, ruleArgs: ruleArgs, grouping: groupNone,
+		stalls: poolSize(client)}
+	b.wake = make(chan bool, b.flushers+b.stalls)
+	b.failed.dials = watchDials(client)
+	switch client.(type) {
+	case *redis.Client:
+		b.grouping = groupAll
+	case *redis.ClusterClient:
+		b.grouping = groupSlot
+	}
+	return b
+}
+
+// poolSize returns how many connections client keeps per server: as many
+// sends as may be stalled at once, each on a connection of its own (see
+// room).
+func poolSize(client redis.UniversalClient) int {
+	n := 0
+	switch c := client.(type) {
+	case *redis.Client:
+		n = c.Options().PoolSize
+	case *redis.ClusterClient:
+		n = c.Options().PoolSize
+	case *redis.Ring:
+		n = c.Options().PoolSize
+	}
+	if n <= 0 {
+		n = 10 * runtime.GOMAXPROCS(0) // go-redis's default
+	}
+	return n
+}
+
+// enforcesDeadlines reports whether go-redis itself ends a command at its
+// context's deadline.
+func enforcesDeadlines(client redis.UniversalClient) bool {
+	switch c := client.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
+}
+
+// do queues c, or sends it itself (sendInline), and waits until it is
+// answered, ctx is done, or timeout has passed (timeout <= 0: no bound but
+// ctx's). It reports whether c was
+// answered; when it was not, the caller must not reuse c.
+func (b *batcher) do(ctx context.Context, timeout time.Duration, c *call) (answered bool, err error) {
+	if err := ctx.Err(); err != nil {
+		// Ended before it was queued: never sent. (Queued, it could be
+		// answered before the wait below looks at ctx, and the select
+		// there picks either when both are ready.)
+		return false, err
+	}
+	now := time.Now()
+	c.deadline = time.Time{}
+	if timeout > 0 {
+		c.deadline = now.Add(timeout)
+	}
+	if d, ok := ctx.Deadline(); ok && (c.deadline.IsZero() || d.Before(c.deadline)) {
+		c.deadline = d
+	}
+	b.mu.Lock()
+	// Inline only for a caller that cannot cancel: go-redis bounds the
+	// command by the deadline, but does not watch cancellation while it
+	// reads; a caller that can cancel waits on its own answer instead.
+	if b.inline && b.active == 0 && !c.deadline.IsZero() && ctx.Done() == nil {
+		b.active++ // callers arriving meanwhile queue behind this one
+		b.mu.Unlock()
+		return b.sendInline(c)
+	}
+	b.pending = append(b.pending, c)
+	start := b.canStart(now)
+	if start {
+		b.active++
+		start = b.handOver()
+	} else {
+		b.holdBack(now)
+	}
+	// Deadlines mostly come in arrival order, but not always (the health
+	// probe's is its context's): the watchdog fires at the earliest.
+	if !c.deadline.IsZero() && (!b.watching || c.deadline.Before(b.watchAt)) {
+		b.arm(c.deadline)
+	}
+	b.mu.Unlock()
+	if start {
+		go b.flush()
+	}
+	if done := ctx.Done(); done != nil {
+		select {
+		case <-c.done:
+		case <-done:
+			if c.claim(callAbandoned) {
+				b.mu.Lock()
+				b.endIdleSends()
+				b.mu.Unlock()
+				return false, ctx.Err()
+			}
+			<-c.done // answered or expired meanwhile: that is the outcome
+		}
+	} else {
+		<-c.done
+	}
+	if c.state.Load() == callExpired {
+		// At the caller's own deadline, say so as its context does (decide
+		// must not count a caller's impatience against Redis): the
+		// watchdog may have fired a moment before the context's timer.
+		if d, ok := ctx.Deadline(); ok && !d.After(c.deadline) && ctx.Done() != nil {
+			<-ctx.Done()
+			return false, ctx.Err()
+		}
+		return false, b.failed.timeout()
+	}
+	if c.err == context.DeadlineExceeded {
+		// The send's own context ended with the caller's deadline and
+		// answered first, as the watchdog would have.
+		return true, b.failed.timeout()
+	}
+	return true, c.err
+}
+
+// handOver gives a place in active, just counted, to a parked flusher, with
+// b.mu held. It reports false when one took it, and true when none was
+// parked: the caller then starts a flusher (go b.flush()) once it has
+// released b.mu.
+func (b *batcher) handOver() bool {
+	if b.parked == 0 {
+		return true
+	}
+	b.parked--
+	// Each signal has a flusher waiting for it or about to, which needs
+	// no lock to take it: wake's room only spares the wait.
+	b.wake <- true
+	return false
+}
+
+// releaseParked lets the parked flushers go, with b.mu held, once nothing
+// is active or the batcher is closed: a flusher only waits while another
+// batch is in flight, so none outlives the batcher's traffic, nor its
+// Close.
+func (b *batcher) releaseParked() {
+	if b.active > 0 && !b.closed {
+		return
+	}
+	for ; b.parked > 0; b.parked-- {
+		b.wake <- false
+	}
+}
+
+// canStart reports whether a flusher may start on what is pending now, with
+// b.mu held. With nothing in flight, always: a lone caller is sent at once.
+// With a batch in flight, only if there is room (see room) and once mayGo.
+func (b *batcher) canStart(now time.Time) bool {
+	return b.room(now) && (b.active == 0 || b.mayGo(now))
+}
+
+// room reports whether another flusher may start, with b.mu held: fewer
+// than flushers are running, not counting those whose batch has stalled
+// (been out for stallAfter), and at most stalls of those.
+//
+// A stalled send holds no place: a connection that silently stopped
+// forwarding (a NAT or load balancer that dropped its state) holds its
+// flusher in a read until the client's ReadTimeout, since go-redis ignores
+// context deadlines on reads unless ContextTimeoutEnabled is set. Were it
+// to keep its place, a few hung pooled connections would stop every
+// decision, and the health probe's PING, while Redis answers on every
+// other connection. Each stalled send holds a connection of its own, so
+// no more of them may be out than the pool has connections: the flushers
+// running are at most flushers + stalls.
+func (b *batcher) room(now time.Time) bool {
+	if b.active < b.flushers {
+		return true
+	}
+	if b.active >= b.flushers+b.stalls {
+		return false
+	}
+	stalled := 0
+	for _, x := range b.scratches {
+		if x.batch != nil && now.Sub(x.sentAt) >= stallAfter {
+			stalled++
+		}
+	}
+	return b.active-stalled < b.flushers
+}
+
+// mayGo reports whether what is pending may go while other batches are in
+// flight, with b.mu held: once as many calls are pending as are in flight
+// in batches that have not stalled (been out for stallAfter). Redis runs
+// one script call after the other, so a second pipeline sent early would
+// only queue behind the first; a few calls sent alone would each pay a
+// whole script call and round trip, and hold a flusher that a larger batch
+// could use. What does not go now goes when a batch in flight returns, or when the watchdog
+// finds it stalled (see holdBack): a pipeline hung on a dead connection
+// must not hold back every call behind it while another connection could
+// answer.
+func (b *batcher) mayGo(now time.Time) bool {
+	if b.inflight == 0 || len(b.pending) >= b.inflight {
+		return true
+	}
+	live := b.inflight
+	for _, x := range b.scratches {
+		if x.batch != nil && now.Sub(x.sentAt) >= stallAfter {
+			live -= len(x.batch)
+		}
+	}
+	return len(b.pending) >= live
+}
+
+// stallAfter is how long a batch may be out before the calls behind it
+// stop waiting for it to return, and before it stops holding a flusher's
+// place (see room): well beyond a round trip of a large batch.
+const stallAfter = 5 * time.Millisecond
+
+// close ends the parked flushers, and makes every flusher end from now on
+// when it has nothing to send rather than park: behind a batch that hangs,
+// parked flushers would otherwise wait for as long as it hangs. Calls
+// still go to Redis after close, each started flusher ending once its
+// queue is empty.
+func (b *batcher) close() {
+	b.mu.Lock()
+	b.closed = true
+	b.releaseParked()
+	b.mu.Unlock()
+}
+
+// flush sends batches until the queue is empty, or until what is left may
+// wait for a batch in flight (see mayGo). While another batch is in
+// flight, it then parks until handOver wakes it for the next batch, rather
+// than end and let a new goroutine take its place, whose stack would grow
+// again through go-redis's calls. It ends once no other place is held, or
+// once the batcher is closed (releaseParked, close).
+func (b *batcher) flush() {
+	var x *execScratch
+	var done []*call // the batch just sent, to give back as spare
+	sent := 0        // its length
+	for {
+		b.mu.Lock()
+		b.inflight -= sent
+		if x == nil {
+			if n := len(b.scratch); n > 0 {
+				x, b.scratch = b.scratch[n-1], b.scratch[:n-1]
+			} else {
+				x = &execScratch{}
+				b.scratches = append(b.scratches, x)
+			}
+		}
+		if done != nil && b.spare == nil {
+			clear(done)
+			b.spare = done[:0]
+		}
+		// Another flusher in flight picks up what is pending when it
+		// returns, unless it may go now (see mayGo).
+		if len(b.pending) == 0 || b.active > 1 && !b.mayGo(time.Now()) {
+			b.active--
+			if len(b.pending) > 0 {
+				b.holdBack(time.Now()) // in case the batch in flight stalls
+			}
+			b.scratch = append(b.scratch, x)
+			if b.active == 0 || b.closed {
+				b.releaseParked()
+				b.mu.Unlock()
+				return
+			}
+			b.parked++
+			b.mu.Unlock()
+			if !<-b.wake {
+				return
+			}
+			x, done, sent = nil, nil, 0 // woken with a place in active
+			continue
+		}
+		batch := b.pending
+		if len(batch) > b.maxBatch {
+			batch = batch[:b.maxBatch:b.maxBatch]
+			b.pending = b.pending[b.maxBatch:]
+			done = nil // a window into pending: not reusable
+		} else {
+			b.pending, b.spare = b.spare, nil
+			done = batch
+		}
+		sent = len(batch)
+		b.inflight += sent
+		x.batch, x.sentAt = batch, time.Now()
+		b.mu.Unlock()
+		b.exec(x, batch)
+	}
+}

@@ -1,0 +1,105 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// With a client that enforces context deadlines, a lone caller sends its
+// own call; concurrent callers still share pipelines, each with its own
+// answer, and a hung Redis still costs a caller no more than its timeout.
+func TestInlineSend(t *testing.T) {
+	opt := redistest.Options(t)
+	opt.ContextTimeoutEnabled = true
+	c := redis.NewClient(opt)
+	defer c.Close()
+	lim := newOn(t, c, TokenBucket, PerHour(200), WithPrefix(fmt.Sprintf("inline-%d", time.Now().UnixNano())))
+	if !lim.batch.inline {
+		t.Fatal("ContextTimeoutEnabled not detected")
+	}
+	ctx := context.Background()
+	if r, err := lim.Allow(ctx, "lone"); err != nil || r.Remaining != 199 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	// A lone call after the scripts are gone falls back to EVAL.
+	if err := c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := lim.Allow(ctx, "lone"); err != nil || r.Remaining != 198 {
+		t.Fatalf("after SCRIPT FLUSH: %+v %v", r, err)
+	}
+	var wg sync.WaitGroup
+	for i := 1; i <= 200; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			key := fmt.Sprintf("caller-%d", i)
+			if r, err := lim.AllowN(ctx, key, i); err != nil || r.Remaining != 200-i {
+				t.Errorf("%s cost %d: %+v %v", key, i, r, err)
+			}
+		}(i)
+	}
+	wg.Wait()
+
+	stuck := redis.NewClient(&redis.Options{Addr: redistest.StuckServer(t), ContextTimeoutEnabled: true, MaxRetries: -1, ReadTimeout: time.Minute})
+	defer stuck.Close()
+	hung := newOn(t, stuck, GCRA, PerSecond(1), WithTimeout(50*time.Millisecond), WithFailureMode(FailClosed))
+	if r, err := hung.Allow(ctx, "k"); err == nil || r.Allowed {
+		t.Errorf("hung Redis: %+v %v; want a timely denial with the error", r, err)
+	}
+}
+
+// countScripts is a go-redis hook counting the script calls sent as single
+// commands (the inline path).
+type countScripts struct{ n atomic.Int32 }
+
+func (h *countScripts) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *countScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if name := strings.ToLower(cmd.Name()); name == "evalsha" || name == "eval" {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *countScripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// The inline path keeps to maxSends as the batched resend does: after
+// maxSends-1 refusals (LOADING, as while Redis loads its data after a
+// restart that also lost the script), an EVALSHA answered NOSCRIPT is the
+// last send.
+func TestInlineSendsAtMostMaxSends(t *testing.T) {
+	p := startDroppingProxy(t, redistest.Options(t).Addr)
+	c := redis.NewClient(&redis.Options{Addr: p.addr, ContextTimeoutEnabled: true})
+	defer c.Close()
+	count := &countScripts{}
+	c.AddHook(count)
+	lim := newOn(t, c, FixedWindow, PerHour(10), WithTimeout(10*time.Second), WithHealthCheck(0, 0),
+		WithPrefix(fmt.Sprintf("inline-sends-%d", time.Now().UnixNano())))
+	if !lim.batch.inline {
+		t.Fatal("ContextTimeoutEnabled not detected")
+	}
+	bg := context.Background()
+	if err := c.ScriptFlush(bg).Err(); err != nil { // the fourth send meets NOSCRIPT
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	p.refuse = maxSends - 1
+	p.mu.Unlock()
+	_, err := lim.Allow(bg, "k")
+	if n := count.n.Load(); n > maxSends {
+		t.Errorf("one decision sent %d times (%v); maxSends is %d", n, err, maxSends)
+	}
+}

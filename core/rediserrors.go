@@ -1,0 +1,138 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// What a failed command says about Redis is decided here, and only here:
+// whether a script call may be sent again without counting twice
+// (resendable), and whether Redis can serve decisions at all
+// (availability). Both read the one list of Redis's refusals.
+
+// refusal is a reply with which Redis refuses a command as a whole,
+// whatever the command: it says Redis cannot serve decisions now.
+type refusal struct {
+	prefix string
+	// is recognises the reply as go-redis does (its typed errors, wrapped
+	// ones, a script's wrapped READONLY); nil: by prefix.
+	is func(error) bool
+	// resend: a script call refused so has counted nothing (refused before
+	// it ran, or at its first write: a replica's READONLY), and a pause of
+	// milliseconds may see the refusal end.
+	resend bool
+}
+
+// refusals are Redis's refusals of a command as a whole. OOM (a Redis out
+// of memory under noeviction), BUSY (another script runs too long) and
+// NOREPLICAS (min-replicas-to-write) refuse every decision too, but are
+// not resent: a pause of milliseconds would not end them.
+var refusals = [...]refusal{
+	{"LOADING", redis.IsLoadingError, true},
+	{"READONLY", redis.IsReadOnlyError, true},
+	{"MASTERDOWN", redis.IsMasterDownError, true},
+	{"TRYAGAIN", redis.IsTryAgainError, true},
+	{"CLUSTERDOWN", redis.IsClusterDownError, true},
+	{"ERR max number of clients reached", redis.IsMaxClientsError, true},
+	{"BUSY", nil, false},
+	{"NOREPLICAS", nil, false},
+	{"OOM", nil, false},
+}
+
+// refusedBy returns the refusal err is, or nil.
+func refusedBy(err error) *refusal {
+	msg := err.Error()
+	for i := range refusals {
+		r := &refusals[i]
+		if r.is != nil && r.is(err) || strings.HasPrefix(msg, r.prefix) {
+			return r
+		}
+	}
+	return nil
+}
+
+// resendable reports whether a script call that failed with err may be
+// sent again without counting twice: no connection could be made or taken
+// from the pool; Redis refused the command before running it (loading its
+// data, a replica, a cluster slot moving or down, too many clients); or,
+// when the call went alone, its write failed (a command written in part
+// never runs) or its new connection was closed during the handshake. A
+// script that failed inside (a key of the wrong type) answers per
+// request, not with an error of the call. Nothing after the
+// write is resendable: a read timeout, a connection reset, a connection
+// closed by go-redis under the call (as a failover client does to its
+// connections to a replaced master): the script may have run, and on a
+// master whose writes reached the new one before the switch. Nor a write
+// that failed after other script calls of its pipeline went out whole.
+func resendable(err error, alone bool) bool {
+	if err == nil {
+		return false
+	}
+	var op *net.OpError
+	if errors.As(err, &op) {
+		switch op.Op {
+		case "dial":
+			return true
+		case "write":
+			return alone
+		}
+		return false // a read, or a deadline set after the write
+	}
+	// Bare, not in a net.OpError: go-redis's report of a new connection
+	// whose handshake failed because it was closed under it (a failover
+	// client closing its connections to a replaced master), where the
+	// script was never written; but also a TLS connection's write cut
+	// short by such a close (crypto/tls reports it bare), after which
+	// other script calls of the pipeline may have gone out whole. So, as
+	// for a failed write, only a call that went alone.
+	if errors.Is(err, net.ErrClosed) {
+		return alone
+	}
+	if errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrPoolExhausted) {
+		return true
+	}
+	r := refusedBy(err)
+	return r != nil && r.resend
+}
+
+// availability reports whether err says Redis cannot serve decisions (as
+// opposed to an error about one request, such as a key of the wrong type).
+func availability(err error) bool {
+	// The limiter's own timeout counts, whatever error it names as its
+	// cause (see timeoutError): Redis did not answer in time.
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	// A connection closed on this side says nothing about Redis: go-redis
+	// closes a failover client's connections to a master that the
+	// sentinels have replaced, calls in flight on them included.
+	if errors.Is(err, net.ErrClosed) {
+		return false
+	}
+	var ne net.Error
+	if errors.As(err, &ne) {
+		return true
+	}
+	if refusedBy(err) != nil {
+		return true
+	}
+	// Anything that is not a reply from Redis: a closed pool, EOF, a refused
+	// connection.
+	return !isRedisReply(err)
+}
+
+// isRedisReply reports whether err is a reply from Redis.
+func isRedisReply(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re)
+}
+
+// isNoScript reports whether err is Redis's NOSCRIPT: it lost the script
+// (a restart, SCRIPT FLUSH, a failover to a replica that never saw it).
+func isNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}

@@ -1,0 +1,74 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"testing"
+)
+
+// Every reply with which Redis refuses a command as a whole says Redis
+// cannot serve decisions, and the refusals that cannot have run a script
+// make a script call resendable: the two classifications read one list,
+// so a refusal added for one is known to the other.
+func TestRedisRefusalsClassifiedOnce(t *testing.T) {
+	for _, tc := range []struct {
+		msg    string
+		resend bool
+	}{
+		{"LOADING Redis is loading the dataset in memory", true},
+		{"READONLY You can't write against a read only replica.", true},
+		{"MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.", true},
+		{"TRYAGAIN Multiple keys request during rehashing of slot", true},
+		{"CLUSTERDOWN The cluster is down", true},
+		{"ERR max number of clients reached", true},
+		{"BUSY Redis is busy running a script.", false},
+		{"NOREPLICAS Not enough good replicas to write.", false},
+		{"OOM command not allowed when used memory > 'maxmemory'.", false},
+	} {
+		err := scriptError(tc.msg) // a reply from Redis (redis.Error)
+		if !availability(err) {
+			t.Errorf("availability(%q) = false; want true: Redis refuses every decision", tc.msg)
+		}
+		for _, alone := range []bool{false, true} {
+			if got := resendable(err, alone); got != tc.resend {
+				t.Errorf("resendable(%q, alone %v) = %v; want %v", tc.msg, alone, got, tc.resend)
+			}
+		}
+	}
+	for _, msg := range []string{
+		"WRONGTYPE Operation against a key holding the wrong kind of value",
+		"NOSCRIPT No matching script. Please use EVAL.",
+		"ERR unknown command",
+	} {
+		if availability(scriptError(msg)) || resendable(scriptError(msg), true) {
+			t.Errorf("%q: a reply about one command taken for Redis refusing decisions", msg)
+		}
+	}
+	if !availability(errors.New("redis: client is closed")) {
+		t.Errorf("an error that is no reply from Redis must count against its health")
+	}
+}
+
+// A connection closed under a call is resendable only when the call went
+// alone: go-redis reports a closed handshake bare (nothing was written),
+// and so does crypto/tls a write cut short, after which other script calls
+// of the same pipeline may have gone out whole and run.
+func TestClosedConnectionResendableOnlyAlone(t *testing.T) {
+	for _, tc := range []struct {
+		err         error
+		alone, want bool
+	}{
+		{net.ErrClosed, true, true},
+		{net.ErrClosed, false, false},
+		{fmt.Errorf("redis: handshake: %w", net.ErrClosed), false, false},
+		{&net.OpError{Op: "write", Err: net.ErrClosed}, true, true},
+		{&net.OpError{Op: "write", Err: net.ErrClosed}, false, false},
+		{&net.OpError{Op: "read", Err: net.ErrClosed}, true, false},
+		{&net.OpError{Op: "dial", Err: net.ErrClosed}, false, true},
+	} {
+		if got := resendable(tc.err, tc.alone); got != tc.want {
+			t.Errorf("resendable(%v, alone %v) = %v; want %v", tc.err, tc.alone, got, tc.want)
+		}
+	}
+}
