@@ -22,6 +22,8 @@
 //	})
 package chilimit
 
+//go:generate go run ../internal/flow/optionsgen
+
 import (
 	"net/http"
 

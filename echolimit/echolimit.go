@@ -29,6 +29,8 @@
 //	api := e.Group("/api", echolimit.GCRA(rdb, core.PerSecond(50)))
 package echolimit
 
+//go:generate go run ../internal/flow/optionsgen
+
 import (
 	"github.com/labstack/echo/v4"
 	"github.com/redis/go-redis/v9"

@@ -22,6 +22,8 @@
 //	api := r.Group("/api", ginlimit.GCRA(rdb, core.PerSecond(50)))
 package ginlimit
 
+//go:generate go run ../internal/flow/optionsgen
+
 import (
 	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"

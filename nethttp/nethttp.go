@@ -83,6 +83,8 @@
 // (RouteKey).
 package nethttp
 
+//go:generate go run ../internal/flow/optionsgen
+
 import (
 	"net/http"
 
