@@ -106,9 +106,12 @@ func WithFailClosed() Option { return flow.WithFailClosed() }
 //     times the limit between them), headers included.
 //
 // Every failure goes to the error handler. The algorithm constructors build
-// their limiter with this mode; a limiter given to New keeps its own
-// (core.WithFailureMode), and one that fails closed makes the middleware
-// answer 503 whatever this option says.
+// their limiter with this mode. A limiter given to New keeps its own
+// (core.WithFailureMode): built with core.FailLocal, it decides with its
+// twin; built with core.FailClosed, the middleware answers 503; built with
+// core.FailOpen, this option decides: core.FailClosed answers 503, while
+// core.FailOpen and core.FailLocal serve the request without rate-limit
+// headers (a built limiter cannot be given a twin afterwards).
 func WithFailureMode(m core.FailureMode) Option { return flow.WithFailureMode(m) }
 
 // WithDenyCache sets how many denied keys the limiter an algorithm
@@ -124,8 +127,11 @@ func WithFailureMode(m core.FailureMode) Option { return flow.WithFailureMode(m)
 // the cache of the Limiter it is called on: to unblock clients, build the
 // limiter with core, give it to New and reset through it (other instances
 // still deny until their Retry-After has passed). Turn the cache off if a
-// reset must take effect everywhere at once. New ignores this option: set
-// core.WithDenyCache on that limiter.
+// reset must take effect everywhere at once.
+//
+// Passed to New, it has no effect: the limiter given to New caches denials
+// only when it was built with core.WithDenyCache (core's default is no
+// cache).
 func WithDenyCache(size int) Option { return flow.WithDenyCache(size) }
 
 // WithShadow decides, counts and reports, but never denies: for rolling out
@@ -133,14 +139,17 @@ func WithDenyCache(size int) Option { return flow.WithDenyCache(size) }
 // WithKeyErrorReject or a failing-closed missing limiter would refuse (the
 // error is reported); no rate-limit headers are written, so clients see
 // nothing of the limit yet. Observers (core.WithObserver, through
-// WithLimiterOptions) see the would-be denials with Event.Shadow set.
+// WithLimiterOptions) see the would-be denials with Event.Shadow set; with
+// New, they do so only when the limiter was built with core.WithShadow.
 func WithShadow() Option { return flow.WithShadow() }
 
 // WithLimiterOptions passes core options to the limiter an algorithm
 // constructor builds, after the ones the middleware sets: an observer
 // (core.WithObserver), a health hook (core.WithHealthHook), the health
-// check (core.WithHealthCheck). New ignores it: configure that limiter
-// yourself.
+// check (core.WithHealthCheck).
+//
+// Passed to New, it has no effect: the limiter given to New is already
+// built, so give these options to core.New or core.NewPolicy instead.
 func WithLimiterOptions(opts ...core.Option) Option { return flow.WithLimiterOptions(opts...) }
 
 // WithErrorHandler sets the hook that receives decision errors (Redis
@@ -159,8 +168,10 @@ func WithErrorHandler(f func(r *http.Request, err error)) Option { return flow.W
 // stalls a request (default DefaultTimeout, 100ms; d <= 0 means the
 // default). The limiter that an algorithm constructor builds waits for Redis
 // at most d (core.WithTimeout), whatever the Redis client's own timeouts,
-// then the failure mode decides (WithFailureMode). With New, the limiter's
-// own core.WithTimeout governs instead.
+// then the failure mode decides (WithFailureMode).
+//
+// Passed to New, it has no effect: the limiter given to New bounds its
+// decisions by its own core.WithTimeout (core's default is 100ms too).
 func WithTimeout(d time.Duration) Option { return flow.WithTimeout(d) }
 
 // WithMaxDelay bounds how long a LeakyBucket request is held before it
@@ -185,6 +196,8 @@ func WithMaxDelay(d time.Duration) Option { return flow.WithMaxDelay(d) }
 func WithLimiterFunc(f func(*http.Request) *core.Limiter) Option { return flow.WithLimiterFunc(f) }
 
 // WithPrefix sets the Redis key prefix of the limiter that an algorithm
-// constructor builds (default "sluice"). New ignores it: set the prefix on
-// the core.Limiter instead.
+// constructor builds (default "sluice").
+//
+// Passed to New, it has no effect: the limiter given to New keeps the
+// prefix it was built with (core.WithPrefix).
 func WithPrefix(prefix string) Option { return flow.WithPrefix(prefix) }
