@@ -12,7 +12,7 @@ import (
 // This file is the one source of the middleware options: every exported
 // declaration below, doc comment included, is re-exported word for word by
 // nethttp, chilimit, ginlimit and echolimit in their generated options.go
-// (go run ./internal/flow/optionsgen). Edit the docs here, then run
+// (go run ./internal/flow/adaptergen). Edit the docs here, then run
 // go generate ./...; what only the flow uses lives in flow.go.
 
 // Defaults.
