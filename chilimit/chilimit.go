@@ -22,57 +22,13 @@
 //	})
 package chilimit
 
+//go:generate go run ../internal/flow/adaptergen
+
 import (
 	"net/http"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/internal/flow"
 )
-
-// FixedWindow limits with the fixed-window algorithm. It panics when limit
-// is invalid, with a message naming the problem.
-func FixedWindow(client redis.UniversalClient, limit core.Limit, opts ...Option) func(http.Handler) http.Handler {
-	return middleware(flow.Must("chilimit.FixedWindow", client, core.FixedWindow, limit, opts))
-}
-
-// SlidingWindowLog limits with the exact sliding-window log. It panics when
-// limit is invalid.
-func SlidingWindowLog(client redis.UniversalClient, limit core.Limit, opts ...Option) func(http.Handler) http.Handler {
-	return middleware(flow.Must("chilimit.SlidingWindowLog", client, core.SlidingWindowLog, limit, opts))
-}
-
-// SlidingWindowCounter limits with the sliding-window counter. It panics
-// when limit is invalid.
-func SlidingWindowCounter(client redis.UniversalClient, limit core.Limit, opts ...Option) func(http.Handler) http.Handler {
-	return middleware(flow.Must("chilimit.SlidingWindowCounter", client, core.SlidingWindowCounter, limit, opts))
-}
-
-// LeakyBucket shapes with the leaky bucket: an admitted request is held for
-// its Delay (at most WithMaxDelay) before the next handler runs. It panics
-// when limit is invalid.
-func LeakyBucket(client redis.UniversalClient, limit core.Limit, opts ...Option) func(http.Handler) http.Handler {
-	return middleware(flow.Must("chilimit.LeakyBucket", client, core.LeakyBucket, limit, opts))
-}
-
-// TokenBucket limits with the token bucket. It panics when limit is invalid.
-func TokenBucket(client redis.UniversalClient, limit core.Limit, opts ...Option) func(http.Handler) http.Handler {
-	return middleware(flow.Must("chilimit.TokenBucket", client, core.TokenBucket, limit, opts))
-}
-
-// GCRA limits with the generic cell rate algorithm. It panics when limit is
-// invalid.
-func GCRA(client redis.UniversalClient, limit core.Limit, opts ...Option) func(http.Handler) http.Handler {
-	return middleware(flow.Must("chilimit.GCRA", client, core.GCRA, limit, opts))
-}
-
-// New limits with l, a limiter of one rule or a policy of several; l may be
-// nil when WithLimiterFunc chooses the limiter. It panics only when it is
-// given nothing to decide with: a nil l and no WithLimiterFunc.
-func New(l *core.Limiter, opts ...Option) func(http.Handler) http.Handler {
-	return middleware(flow.MustNew("chilimit.New", l, opts))
-}
 
 // middleware runs f for each request (see admit).
 func middleware(f *flow.Flow) func(http.Handler) http.Handler {

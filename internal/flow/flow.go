@@ -19,18 +19,6 @@ import (
 	"github.com/sluicehq/sluice/keyfunc"
 )
 
-// Defaults of the options.
-const (
-	// DefaultTimeout is the time Redis gets for a decision of the limiters
-	// the algorithm constructors build; past it, the failure mode decides.
-	DefaultTimeout = 100 * time.Millisecond
-	// DefaultMaxDelay bounds how long a LeakyBucket request is held.
-	DefaultMaxDelay = 5 * time.Second
-	// DefaultDenyCache is how many denied keys the constructors' limiters
-	// remember (core.WithDenyCache).
-	DefaultDenyCache = 10000
-)
-
 // defaultTimeout is DefaultTimeout, raised by the adapters' tests (see
 // RaiseDefaultTimeout): they build limiters with the defaults on miniredis
 // under the race detector, on shared machines, and assert decisions, not
@@ -42,34 +30,9 @@ var defaultTimeout = DefaultTimeout
 // any test runs.
 func RaiseDefaultTimeout(d time.Duration) { defaultTimeout = d }
 
-// ErrKey is wrapped by the error reported when the key function fails or
-// returns an empty key.
-var ErrKey = errors.New("sluice: no rate-limit key")
-
-// ErrNoLimiter is reported when no limiter is configured for a request: New
-// was given a nil limiter and the limiter function returned nil.
-var ErrNoLimiter = errors.New("sluice: no limiter for this request")
-
 // unknownPeer is the key of requests whose peer address cannot be read
 // either: they share one bucket rather than go unlimited.
 const unknownPeer = "ip:unknown"
-
-// HeaderMode selects the rate-limit headers written on limited responses.
-type HeaderMode int
-
-// The header modes. Retry-After is written on every 429 whatever the mode.
-const (
-	// HeadersDraft writes RateLimit-Policy and RateLimit in the syntax of
-	// draft-ietf-httpapi-ratelimit-headers-10/11. The default.
-	HeadersDraft HeaderMode = iota
-	// HeadersLegacy writes X-RateLimit-Limit, X-RateLimit-Remaining and
-	// X-RateLimit-Reset (Unix epoch seconds).
-	HeadersLegacy
-	// HeadersBoth writes the draft and the legacy headers.
-	HeadersBoth
-	// HeadersNone writes no rate-limit headers (Retry-After still goes on 429).
-	HeadersNone
-)
 
 // DenyFunc writes the response to a denied request. The rate-limit headers
 // and Retry-After are already set on w when it is called.
@@ -106,18 +69,9 @@ type Config struct {
 }
 
 // Option sets a field of Config. Every adapter's Option has this underlying
-// type, so the setters below are its options.
+// type, so the setters (options.go, and WithContextKey for the router-native
+// key options) are its options.
 type Option = func(*Config)
-
-// WithKey sets the key function. A nil f keeps the default.
-func WithKey(f keyfunc.Func) Option {
-	return func(c *Config) {
-		if f != nil {
-			c.Key = func(r *http.Request, _ any) (string, error) { return f(r) }
-			c.customKey = true
-		}
-	}
-}
 
 // WithContextKey sets a key function that reads the router's own context;
 // adapters wrap it to their context type.
@@ -129,79 +83,6 @@ func WithContextKey(f func(r *http.Request, rc any) (string, error)) Option {
 		}
 	}
 }
-
-// WithCost sets the cost of a request.
-func WithCost(f func(*http.Request) int) Option { return func(c *Config) { c.Cost = f } }
-
-// WithSkip sets the predicate of requests that are not limited.
-func WithSkip(f func(*http.Request) bool) Option { return func(c *Config) { c.Skip = f } }
-
-// WithDenyHandler sets the response to denied requests. Nil keeps the current one.
-func WithDenyHandler(f DenyFunc) Option {
-	return func(c *Config) {
-		if f != nil {
-			c.Deny = f
-			c.customDeny = true
-		}
-	}
-}
-
-// WithProblemDetails answers denials with an RFC 9457 problem.
-func WithProblemDetails() Option { return func(c *Config) { c.Deny = DenyProblem } }
-
-// WithHeaders sets the header mode.
-func WithHeaders(m HeaderMode) Option { return func(c *Config) { c.Headers = m } }
-
-// WithFailureMode sets how a failed decision is answered, and the failure
-// mode of the limiters the algorithm constructors build.
-func WithFailureMode(m core.FailureMode) Option { return func(c *Config) { c.FailureMode = m } }
-
-// WithDenyCache sets the size of the constructors' deny cache; 0 turns it off.
-func WithDenyCache(size int) Option { return func(c *Config) { c.DenyCache = max(size, 0) } }
-
-// WithShadow never denies and writes no rate-limit headers.
-func WithShadow() Option { return func(c *Config) { c.Shadow = true } }
-
-// WithLimiterOptions adds core options for the algorithm constructors.
-func WithLimiterOptions(opts ...core.Option) Option {
-	return func(c *Config) { c.LimiterOptions = append(c.LimiterOptions, opts...) }
-}
-
-// WithErrorHandler sets the hook that reports errors. Nil keeps the default.
-func WithErrorHandler(f func(*http.Request, error)) Option {
-	return func(c *Config) {
-		if f != nil {
-			c.OnError = f
-		}
-	}
-}
-
-// WithTimeout sets the decision timeout; d <= 0 means DefaultTimeout.
-func WithTimeout(d time.Duration) Option {
-	return func(c *Config) {
-		if d <= 0 {
-			d = defaultTimeout
-		}
-		c.Timeout = d
-	}
-}
-
-// WithMaxDelay bounds how long a LeakyBucket request is held; d <= 0 holds
-// none: every request that would have to wait is denied.
-func WithMaxDelay(d time.Duration) Option {
-	return func(c *Config) { c.MaxDelay = max(d, 0) }
-}
-
-// WithLimiterFunc chooses the limiter per request.
-func WithLimiterFunc(f func(*http.Request) *core.Limiter) Option {
-	return func(c *Config) { c.LimiterFor = f }
-}
-
-// WithKeyErrorReject answers 400 when the key function fails.
-func WithKeyErrorReject() Option { return func(c *Config) { c.KeyErrorReject = true } }
-
-// WithPrefix sets the Redis key prefix of the algorithm constructors.
-func WithPrefix(p string) Option { return func(c *Config) { c.Prefix = p } }
 
 // Flow runs the request flow of one middleware. It is safe for concurrent use.
 type Flow struct {

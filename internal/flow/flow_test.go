@@ -1,13 +1,10 @@
 package flow
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -207,23 +204,6 @@ func TestNewNeverPanics(t *testing.T) {
 	f.cfg.OnError = func(_ *http.Request, err error) { reported = err }
 	if !f.Admit(rec, httptest.NewRequest("GET", "/", nil), nil) || !errors.Is(reported, ErrNoLimiter) {
 		t.Errorf("no limiter, fail open: admitted=false or error %v", reported)
-	}
-}
-
-// TestOptionsInSync: the adapters share one options file, word for word.
-func TestOptionsInSync(t *testing.T) {
-	var first []byte
-	for _, pkg := range []string{"nethttp", "chilimit", "ginlimit", "echolimit"} {
-		b, err := os.ReadFile(filepath.Join("..", "..", pkg, "options.go"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		b = bytes.Replace(b, []byte("package "+pkg+"\n"), []byte("package PKG\n"), 1)
-		if first == nil {
-			first = b
-		} else if !bytes.Equal(first, b) {
-			t.Errorf("%s/options.go differs from nethttp/options.go: keep them identical but for the package clause", pkg)
-		}
 	}
 }
 

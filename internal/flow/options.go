@@ -1,0 +1,234 @@
+package flow
+
+import (
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/keyfunc"
+)
+
+// This file is the one source of the middleware options: every exported
+// declaration below, doc comment included, is re-exported word for word by
+// nethttp, chilimit, ginlimit and echolimit in their generated options.go
+// (go run ./internal/flow/adaptergen). Edit the docs here, then run
+// go generate ./...; what only the flow uses lives in flow.go.
+
+// Defaults.
+const (
+	// DefaultTimeout is the decision timeout (see WithTimeout).
+	DefaultTimeout = 100 * time.Millisecond
+	// DefaultMaxDelay bounds how long a LeakyBucket request is held (see WithMaxDelay).
+	DefaultMaxDelay = 5 * time.Second
+	// DefaultDenyCache is how many denied keys a constructor's limiter
+	// remembers (see WithDenyCache).
+	DefaultDenyCache = 10000
+)
+
+// ErrKey is wrapped by the error reported to the error handler when the key
+// function fails or returns an empty key.
+var ErrKey = errors.New("sluice: no rate-limit key")
+
+// ErrNoLimiter is reported when neither New's limiter nor the limiter
+// function gives a limiter for a request; the failure mode then applies.
+var ErrNoLimiter = errors.New("sluice: no limiter for this request")
+
+// HeaderMode selects the rate-limit headers of limited responses.
+type HeaderMode int
+
+// The header modes of WithHeaders. Retry-After goes on every 429 whatever
+// the mode.
+const (
+	// HeadersDraft writes RateLimit-Policy and RateLimit as
+	// draft-ietf-httpapi-ratelimit-headers-10/11 writes them. The default.
+	HeadersDraft HeaderMode = iota
+	// HeadersLegacy writes X-RateLimit-Limit, X-RateLimit-Remaining and
+	// X-RateLimit-Reset (Unix epoch seconds) of the deciding rule;
+	// X-RateLimit-Limit is its q in RateLimit-Policy, Remaining at most that.
+	HeadersLegacy
+	// HeadersBoth writes the draft and the legacy headers.
+	HeadersBoth
+	// HeadersNone writes no rate-limit headers.
+	HeadersNone
+)
+
+// WithKey sets who is limited (default: keyfunc.RemoteIP(), the peer
+// address of the connection, IPv6 grouped by /64).
+//
+// When the key function fails or returns "", the request is limited by
+// the peer address instead and the error, wrapping ErrKey, goes to the
+// error handler: limiting is never skipped. WithKeyErrorReject answers
+// 400 instead.
+func WithKey(f keyfunc.Func) Option {
+	return func(c *Config) {
+		if f != nil {
+			c.Key = func(r *http.Request, _ any) (string, error) { return f(r) }
+			c.customKey = true
+		}
+	}
+}
+
+// WithKeyErrorReject answers 400 Bad Request when the key function fails,
+// instead of falling back to the peer address.
+func WithKeyErrorReject() Option { return func(c *Config) { c.KeyErrorReject = true } }
+
+// WithCost sets how many events a request costs (default 1). Costs below 1
+// count as 1. A cost larger than a rule can ever admit at once is answered
+// 413 and reported to the error handler (it wraps core.ErrCostExceedsLimit).
+func WithCost(f func(*http.Request) int) Option { return func(c *Config) { c.Cost = f } }
+
+// WithSkip exempts the requests for which f returns true: they are served
+// without a decision and without rate-limit headers.
+func WithSkip(f func(*http.Request) bool) Option { return func(c *Config) { c.Skip = f } }
+
+// WithDenyHandler sets the response to a denied request. The rate-limit
+// headers and Retry-After are already set when f is called; f writes the
+// status and the body. The default answers 429 with a text/plain body.
+func WithDenyHandler(f func(w http.ResponseWriter, r *http.Request, res core.Result)) Option {
+	return func(c *Config) {
+		if f != nil {
+			c.Deny = f
+			c.customDeny = true
+		}
+	}
+}
+
+// WithProblemDetails answers denials with 429 and an RFC 9457
+// application/problem+json body whose "violated-policies" member lists the
+// names of the rules that denied.
+func WithProblemDetails() Option { return func(c *Config) { c.Deny = DenyProblem } }
+
+// WithHeaders selects the rate-limit headers (default HeadersDraft).
+func WithHeaders(m HeaderMode) Option { return func(c *Config) { c.Headers = m } }
+
+// WithFailClosed answers 503 Service Unavailable when a decision fails
+// (Redis unreachable, timeout). It is WithFailureMode(core.FailClosed).
+func WithFailClosed() Option { return WithFailureMode(core.FailClosed) }
+
+// WithFailureMode says what happens when Redis cannot decide (unreachable,
+// past the timeout, or taken for unhealthy after repeated failures; see
+// core.WithHealthCheck):
+//
+//   - core.FailOpen (the default) serves the request without rate-limit
+//     headers;
+//   - core.FailClosed answers 503 Service Unavailable;
+//   - core.FailLocal decides with the limiter's in-process twin: each
+//     instance enforces the limit on its own (N instances admit up to N
+//     times the limit between them), headers included.
+//
+// Every failure goes to the error handler. The algorithm constructors build
+// their limiter with this mode. A limiter given to New keeps its own
+// (core.WithFailureMode): built with core.FailLocal, it decides with its
+// twin; built with core.FailClosed, the middleware answers 503; built with
+// core.FailOpen, this option decides: core.FailClosed answers 503, while
+// core.FailOpen and core.FailLocal serve the request without rate-limit
+// headers (a built limiter cannot be given a twin afterwards).
+func WithFailureMode(m core.FailureMode) Option { return func(c *Config) { c.FailureMode = m } }
+
+// WithDenyCache sets how many denied keys the limiter an algorithm
+// constructor builds remembers (default DefaultDenyCache; 0 turns it off).
+// Once Redis denies a client with Retry-After d, that client's further
+// requests are denied in-process until d has passed, with the same headers
+// counting down, so a client hammering far above its limit costs Redis one
+// script per d instead of one per request (see core.WithDenyCache).
+//
+// It is on by default because a flood on one key is exactly when Redis
+// needs sparing, and the cached answer is the one Redis would give: nothing
+// but a Reset makes a denied request admissible sooner. A Reset clears only
+// the cache of the Limiter it is called on: to unblock clients, build the
+// limiter with core, give it to New and reset through it (other instances
+// still deny until their Retry-After has passed). Turn the cache off if a
+// reset must take effect everywhere at once.
+//
+// Passed to New, it has no effect: the limiter given to New caches denials
+// only when it was built with core.WithDenyCache (core's default is no
+// cache).
+func WithDenyCache(size int) Option { return func(c *Config) { c.DenyCache = max(size, 0) } }
+
+// WithShadow decides, counts and reports, but never denies: for rolling out
+// a new limit. Requests the limit would deny are served, and so are those
+// WithKeyErrorReject or a failing-closed missing limiter would refuse (the
+// error is reported); no rate-limit headers are written, so clients see
+// nothing of the limit yet. Observers (core.WithObserver, through
+// WithLimiterOptions) see the would-be denials with Event.Shadow set; with
+// New, they do so only when the limiter was built with core.WithShadow.
+func WithShadow() Option { return func(c *Config) { c.Shadow = true } }
+
+// WithLimiterOptions passes core options to the limiter an algorithm
+// constructor builds, after the ones the middleware sets: an observer
+// (core.WithObserver), a health hook (core.WithHealthHook), the health
+// check (core.WithHealthCheck).
+//
+// Passed to New, it has no effect: the limiter given to New is already
+// built, so give these options to core.New or core.NewPolicy instead.
+func WithLimiterOptions(opts ...core.Option) Option {
+	return func(c *Config) { c.LimiterOptions = append(c.LimiterOptions, opts...) }
+}
+
+// WithErrorHandler sets the hook that receives decision errors (Redis
+// failures, timeouts) and key errors (wrapping ErrKey), each as it
+// happens. f must not write the response.
+//
+// The default logs with log/slog at level ERROR, without flooding the log
+// when every request fails (an outage, anonymous requests keyed by user):
+// the first error of each kind (a failed decision, a key error, a request
+// past its deadline, a cost over the limit, no limiter) at once, then at
+// most one line per kind every 10 seconds, whose "suppressed" attribute
+// counts the errors of that kind left out since the line before.
+func WithErrorHandler(f func(r *http.Request, err error)) Option {
+	return func(c *Config) {
+		if f != nil {
+			c.OnError = f
+		}
+	}
+}
+
+// WithTimeout bounds each decision, so that a slow or stuck Redis never
+// stalls a request (default DefaultTimeout, 100ms; d <= 0 means the
+// default). The limiter that an algorithm constructor builds waits for Redis
+// at most d (core.WithTimeout), whatever the Redis client's own timeouts,
+// then the failure mode decides (WithFailureMode).
+//
+// Passed to New, it has no effect: the limiter given to New bounds its
+// decisions by its own core.WithTimeout (core's default is 100ms too).
+func WithTimeout(d time.Duration) Option {
+	return func(c *Config) {
+		if d <= 0 {
+			d = defaultTimeout
+		}
+		c.Timeout = d
+	}
+}
+
+// WithMaxDelay bounds how long a LeakyBucket request is held before it
+// proceeds (default DefaultMaxDelay, 5s). A request that would wait longer
+// is denied (429) and takes no place in the bucket: the algorithm
+// constructors build their limiter with core.WithMaxDelay(d), so Redis
+// decides it. (A limiter given to New without core.WithMaxDelay is checked
+// after the decision, when the place is already taken; Retry-After then
+// accounts for it.) d <= 0 holds no request. The request context bounds the
+// hold too: a client that goes away is not served.
+func WithMaxDelay(d time.Duration) Option {
+	return func(c *Config) { c.MaxDelay = max(d, 0) }
+}
+
+// WithLimiterFunc chooses the limiter of each request, for example by plan
+// tier. When f returns nil the limiter given to the constructor is used;
+// when there is none either, the request fails with ErrNoLimiter.
+//
+// f may build limiters at run time (one per tenant, say) and drop them:
+// the middleware keeps nothing of a limiter once its request is answered,
+// so a dropped limiter (closed with Close) is collected. It remembers the
+// RateLimit-Policy values of the last 16 rule sets it has seen; with more
+// rule sets than that in turn, each request formats its own.
+func WithLimiterFunc(f func(*http.Request) *core.Limiter) Option {
+	return func(c *Config) { c.LimiterFor = f }
+}
+
+// WithPrefix sets the Redis key prefix of the limiter that an algorithm
+// constructor builds (default "sluice").
+//
+// Passed to New, it has no effect: the limiter given to New keeps the
+// prefix it was built with (core.WithPrefix).
+func WithPrefix(prefix string) Option { return func(c *Config) { c.Prefix = prefix } }
