@@ -17,7 +17,7 @@ type Option func(*flow.Config)
 
 // Defaults.
 const (
-	// DefaultTimeout is the decision timeout (see WithTimeout).
+	// DefaultTimeout is the decision timeout (see WithTimeout): core's.
 	DefaultTimeout = flow.DefaultTimeout
 	// DefaultMaxDelay bounds how long a LeakyBucket request is held (see WithMaxDelay).
 	DefaultMaxDelay = flow.DefaultMaxDelay
@@ -129,9 +129,9 @@ func WithFailureMode(m core.FailureMode) Option { return flow.WithFailureMode(m)
 // still deny until their Retry-After has passed). Turn the cache off if a
 // reset must take effect everywhere at once.
 //
-// Passed to New, it has no effect: the limiter given to New caches denials
-// only when it was built with core.WithDenyCache (core's default is no
-// cache).
+// It configures the limiter an algorithm constructor builds: New panics
+// when given it (the limiter given to New caches denials only when it was
+// built with core.WithDenyCache; core's default is no cache).
 func WithDenyCache(size int) Option { return flow.WithDenyCache(size) }
 
 // WithShadow decides, counts and reports, but never denies: for rolling out
@@ -148,8 +148,9 @@ func WithShadow() Option { return flow.WithShadow() }
 // (core.WithObserver), a health hook (core.WithHealthHook), the health
 // check (core.WithHealthCheck).
 //
-// Passed to New, it has no effect: the limiter given to New is already
-// built, so give these options to core.New or core.NewPolicy instead.
+// It configures the limiter an algorithm constructor builds: New panics
+// when given it (the limiter given to New is already built, so give these
+// options to core.New or core.NewPolicy instead).
 func WithLimiterOptions(opts ...core.Option) Option { return flow.WithLimiterOptions(opts...) }
 
 // WithErrorHandler sets the hook that receives decision errors (Redis
@@ -165,13 +166,16 @@ func WithLimiterOptions(opts ...core.Option) Option { return flow.WithLimiterOpt
 func WithErrorHandler(f func(r *http.Request, err error)) Option { return flow.WithErrorHandler(f) }
 
 // WithTimeout bounds each decision, so that a slow or stuck Redis never
-// stalls a request (default DefaultTimeout, 100ms; d <= 0 means the
-// default). The limiter that an algorithm constructor builds waits for Redis
-// at most d (core.WithTimeout), whatever the Redis client's own timeouts,
-// then the failure mode decides (WithFailureMode).
+// stalls a request (default DefaultTimeout, 100ms). The limiter that an
+// algorithm constructor builds waits for Redis at most d, whatever the
+// Redis client's own timeouts, then the failure mode decides
+// (WithFailureMode). It means what core.WithTimeout means: d <= 0 is no
+// bound of the limiter's own (only the request's context and the client's
+// timeouts apply).
 //
-// Passed to New, it has no effect: the limiter given to New bounds its
-// decisions by its own core.WithTimeout (core's default is 100ms too).
+// It configures the limiter an algorithm constructor builds: New panics
+// when given it (the limiter given to New bounds its decisions by its own
+// core.WithTimeout; core's default is the same).
 func WithTimeout(d time.Duration) Option { return flow.WithTimeout(d) }
 
 // WithMaxDelay bounds how long a LeakyBucket request is held before it
@@ -198,6 +202,7 @@ func WithLimiterFunc(f func(*http.Request) *core.Limiter) Option { return flow.W
 // WithPrefix sets the Redis key prefix of the limiter that an algorithm
 // constructor builds (default "sluice").
 //
-// Passed to New, it has no effect: the limiter given to New keeps the
-// prefix it was built with (core.WithPrefix).
+// It configures the limiter an algorithm constructor builds: New panics
+// when given it (the limiter given to New keeps the prefix it was built
+// with, core.WithPrefix).
 func WithPrefix(prefix string) Option { return flow.WithPrefix(prefix) }

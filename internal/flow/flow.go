@@ -66,6 +66,18 @@ type Config struct {
 	// customKey and customDeny record that WithKey (or WithContextKey) and
 	// WithDenyHandler replaced the defaults (see Flow.ReadsRoute).
 	customKey, customDeny bool
+
+	forLimiter []limiterOption // options set that only a constructor's limiter takes (see MustNew)
+}
+
+// limiterOption names an option that configures the limiter an algorithm
+// constructor builds, and what does the same for a limiter built by hand.
+type limiterOption struct{ name, instead string }
+
+// limiterOnly records that the option name, which only the limiter of an
+// algorithm constructor takes, was set.
+func (c *Config) limiterOnly(name, instead string) {
+	c.forLimiter = append(c.forLimiter, limiterOption{name, instead})
 }
 
 // Option sets a field of Config. Every adapter's Option has this underlying
@@ -130,10 +142,19 @@ func New[O ~func(*Config)](l *core.Limiter, opts []O) *Flow {
 // starts with where (such as "ginlimit.New"), when it is given nothing to
 // decide with, a nil l and no limiter function. Such a middleware would
 // serve every request unlimited and report an error for each.
+//
+// It panics too when given an option that configures the limiter an
+// algorithm constructor builds (WithTimeout, WithPrefix, WithDenyCache,
+// WithLimiterOptions): the limiter given to New is built already, and the
+// option would do nothing.
 func MustNew[O ~func(*Config)](where string, l *core.Limiter, opts []O) *Flow {
 	f := New[O](l, opts)
 	if l == nil && f.cfg.LimiterFor == nil {
 		panic(where + ": nil limiter and no WithLimiterFunc")
+	}
+	if len(f.cfg.forLimiter) > 0 {
+		o := f.cfg.forLimiter[0]
+		panic(fmt.Sprintf("%s: %s configures the limiter an algorithm constructor builds, not the one given to New: use %s on that limiter", where, o.name, o.instead))
 	}
 	return f
 }

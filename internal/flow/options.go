@@ -17,8 +17,8 @@ import (
 
 // Defaults.
 const (
-	// DefaultTimeout is the decision timeout (see WithTimeout).
-	DefaultTimeout = 100 * time.Millisecond
+	// DefaultTimeout is the decision timeout (see WithTimeout): core's.
+	DefaultTimeout = core.DefaultTimeout
 	// DefaultMaxDelay bounds how long a LeakyBucket request is held (see WithMaxDelay).
 	DefaultMaxDelay = 5 * time.Second
 	// DefaultDenyCache is how many denied keys a constructor's limiter
@@ -141,10 +141,12 @@ func WithFailureMode(m core.FailureMode) Option { return func(c *Config) { c.Fai
 // still deny until their Retry-After has passed). Turn the cache off if a
 // reset must take effect everywhere at once.
 //
-// Passed to New, it has no effect: the limiter given to New caches denials
-// only when it was built with core.WithDenyCache (core's default is no
-// cache).
-func WithDenyCache(size int) Option { return func(c *Config) { c.DenyCache = max(size, 0) } }
+// It configures the limiter an algorithm constructor builds: New panics
+// when given it (the limiter given to New caches denials only when it was
+// built with core.WithDenyCache; core's default is no cache).
+func WithDenyCache(size int) Option {
+	return func(c *Config) { c.DenyCache = max(size, 0); c.limiterOnly("WithDenyCache", "core.WithDenyCache") }
+}
 
 // WithShadow decides, counts and reports, but never denies: for rolling out
 // a new limit. Requests the limit would deny are served, and so are those
@@ -160,10 +162,14 @@ func WithShadow() Option { return func(c *Config) { c.Shadow = true } }
 // (core.WithObserver), a health hook (core.WithHealthHook), the health
 // check (core.WithHealthCheck).
 //
-// Passed to New, it has no effect: the limiter given to New is already
-// built, so give these options to core.New or core.NewPolicy instead.
+// It configures the limiter an algorithm constructor builds: New panics
+// when given it (the limiter given to New is already built, so give these
+// options to core.New or core.NewPolicy instead).
 func WithLimiterOptions(opts ...core.Option) Option {
-	return func(c *Config) { c.LimiterOptions = append(c.LimiterOptions, opts...) }
+	return func(c *Config) {
+		c.LimiterOptions = append(c.LimiterOptions, opts...)
+		c.limiterOnly("WithLimiterOptions", "core.New or core.NewPolicy")
+	}
 }
 
 // WithErrorHandler sets the hook that receives decision errors (Redis
@@ -185,20 +191,18 @@ func WithErrorHandler(f func(r *http.Request, err error)) Option {
 }
 
 // WithTimeout bounds each decision, so that a slow or stuck Redis never
-// stalls a request (default DefaultTimeout, 100ms; d <= 0 means the
-// default). The limiter that an algorithm constructor builds waits for Redis
-// at most d (core.WithTimeout), whatever the Redis client's own timeouts,
-// then the failure mode decides (WithFailureMode).
+// stalls a request (default DefaultTimeout, 100ms). The limiter that an
+// algorithm constructor builds waits for Redis at most d, whatever the
+// Redis client's own timeouts, then the failure mode decides
+// (WithFailureMode). It means what core.WithTimeout means: d <= 0 is no
+// bound of the limiter's own (only the request's context and the client's
+// timeouts apply).
 //
-// Passed to New, it has no effect: the limiter given to New bounds its
-// decisions by its own core.WithTimeout (core's default is 100ms too).
+// It configures the limiter an algorithm constructor builds: New panics
+// when given it (the limiter given to New bounds its decisions by its own
+// core.WithTimeout; core's default is the same).
 func WithTimeout(d time.Duration) Option {
-	return func(c *Config) {
-		if d <= 0 {
-			d = defaultTimeout
-		}
-		c.Timeout = d
-	}
+	return func(c *Config) { c.Timeout = d; c.limiterOnly("WithTimeout", "core.WithTimeout") }
 }
 
 // WithMaxDelay bounds how long a LeakyBucket request is held before it
@@ -229,6 +233,9 @@ func WithLimiterFunc(f func(*http.Request) *core.Limiter) Option {
 // WithPrefix sets the Redis key prefix of the limiter that an algorithm
 // constructor builds (default "sluice").
 //
-// Passed to New, it has no effect: the limiter given to New keeps the
-// prefix it was built with (core.WithPrefix).
-func WithPrefix(prefix string) Option { return func(c *Config) { c.Prefix = prefix } }
+// It configures the limiter an algorithm constructor builds: New panics
+// when given it (the limiter given to New keeps the prefix it was built
+// with, core.WithPrefix).
+func WithPrefix(prefix string) Option {
+	return func(c *Config) { c.Prefix = prefix; c.limiterOnly("WithPrefix", "core.WithPrefix") }
+}

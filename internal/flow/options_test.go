@@ -28,9 +28,9 @@ func TestOptionDocsSayWhatHappens(t *testing.T) {
 	}
 }
 
-// TestOptionsPassedToNew pins what the option docs say about the options
-// that only shape the limiter an algorithm constructor builds: passed to
-// New, they have no effect, and the limiter's own settings apply.
+// TestOptionsPassedToNew pins what the option docs say about options given
+// to New: those that only shape the limiter an algorithm constructor
+// builds make New panic; the others do what their docs say.
 func TestOptionsPassedToNew(t *testing.T) {
 	rdb := redistest.Client(t)
 	prefix := "flow-new-" + strings.ReplaceAll(t.Name(), "/", "-")
@@ -42,65 +42,32 @@ func TestOptionsPassedToNew(t *testing.T) {
 		}
 		return l
 	}
-	keys := func(t *testing.T, p string) int {
-		t.Helper()
-		ks, err := rdb.Keys(context.Background(), p+":*").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return len(ks)
-	}
 	ctx := context.Background()
 
-	t.Run("WithPrefix", func(t *testing.T) {
-		f := MustNew("test", limiter(t, core.WithPrefix(prefix+"-own")), []Option{WithPrefix(prefix + "-option")})
-		if _, ok := admit(f, ctx); !ok {
-			t.Fatal("first request denied")
-		}
-		if own, opt := keys(t, prefix+"-own"), keys(t, prefix+"-option"); own == 0 || opt != 0 {
-			t.Errorf("keys under the limiter's prefix: %d, under WithPrefix's: %d; want some and none", own, opt)
-		}
-	})
-
-	t.Run("WithDenyCache", func(t *testing.T) {
-		p := prefix + "-denycache"
-		f := MustNew("test", limiter(t, core.WithPrefix(p)), []Option{WithDenyCache(100)})
-		if _, ok := admit(f, ctx); !ok {
-			t.Fatal("first request denied")
-		}
-		if _, ok := admit(f, ctx); ok {
-			t.Fatal("second request of PerMinute(1) admitted")
-		}
-		// Forget the key behind the limiter's back: a deny cache would
-		// still deny; the limiter given to New has none.
-		ks, _ := rdb.Keys(ctx, p+":*").Result()
-		if len(ks) == 0 || rdb.Del(ctx, ks...).Err() != nil {
-			t.Fatalf("cannot delete the keys %v", ks)
-		}
-		if _, ok := admit(f, ctx); !ok {
-			t.Error("denied after the key was deleted: WithDenyCache took effect with New")
-		}
-	})
-
-	t.Run("WithTimeout", func(t *testing.T) {
-		var e errs
-		f := MustNew("test", limiter(t, core.WithPrefix(prefix+"-timeout")), []Option{WithTimeout(time.Nanosecond), WithErrorHandler(e.hook)})
-		rec, ok := admit(f, ctx)
-		if !ok || e.count() != 0 || rec.Header().Get("RateLimit") == "" {
-			t.Errorf("admitted %v, %d errors, RateLimit %q: want a decision by the limiter's own 10s timeout", ok, e.count(), rec.Header().Get("RateLimit"))
-		}
-	})
-
-	t.Run("WithLimiterOptions", func(t *testing.T) {
-		var seen atomic.Int32
-		observer := core.WithObserver(func(core.Event) { seen.Add(1) })
-		f := MustNew("test", limiter(t, core.WithPrefix(prefix+"-limopts")), []Option{WithLimiterOptions(observer)})
-		admit(f, ctx)
-		if n := seen.Load(); n != 0 {
-			t.Errorf("WithLimiterOptions' observer saw %d events with New", n)
-		}
-	})
-
+	// The options that only shape a constructor's limiter cannot apply to
+	// the limiter given to New: New refuses them at construction, naming
+	// the option and what to use instead.
+	for _, c := range []struct {
+		opt     Option
+		name    string
+		instead string
+	}{
+		{WithPrefix(prefix + "-option"), "WithPrefix", "core.WithPrefix"},
+		{WithDenyCache(100), "WithDenyCache", "core.WithDenyCache"},
+		{WithTimeout(time.Nanosecond), "WithTimeout", "core.WithTimeout"},
+		{WithLimiterOptions(core.WithObserver(func(core.Event) {})), "WithLimiterOptions", "core.New or core.NewPolicy"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l := limiter(t, core.WithPrefix(prefix+"-"+c.name))
+			defer func() {
+				msg, _ := recover().(string)
+				if !strings.Contains(msg, "test: "+c.name+" configures the limiter") || !strings.Contains(msg, c.instead) {
+					t.Errorf("New with %s: panic %q; want one naming %s and %s", c.name, msg, c.name, c.instead)
+				}
+			}()
+			MustNew("test", l, []Option{c.opt})
+		})
+	}
 	t.Run("WithShadow", func(t *testing.T) {
 		var shadow, events atomic.Int32
 		observer := core.WithObserver(func(e core.Event) {

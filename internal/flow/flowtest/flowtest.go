@@ -382,7 +382,7 @@ func cases[O ~func(*flow.Config), M any](t *testing.T, a Adapter[O, M], rdb *red
 	pd := &errorLog{}
 	add(testCase[M]{
 		name:   "policy",
-		global: []M{a.New(policy, a.WithProblemDetails(), a.WithErrorHandler(pd.hook), a.WithTimeout(Timeout))},
+		global: []M{a.New(policy, a.WithProblemDetails(), a.WithErrorHandler(pd.hook))},
 		steps: []step{
 			{path: "/", status: 200, want: map[string]string{
 				"RateLimit-Policy": `"minute";q=2;w=60, "hour";q=5;w=3600`,
@@ -551,7 +551,7 @@ func cases[O ~func(*flow.Config), M any](t *testing.T, a Adapter[O, M], rdb *red
 	local := mustLimiter(core.New(redistest.RefusedClient(t), core.GCRA, core.PerMinute(2), core.WithFailureMode(core.FailLocal)))
 	add(testCase[M]{
 		name:   "limiter-fail-local",
-		global: []M{a.New(local, a.WithErrorHandler(localLog.hook), a.WithTimeout(Timeout))},
+		global: []M{a.New(local, a.WithErrorHandler(localLog.hook))},
 		steps: []step{
 			{path: "/", status: 200, want: map[string]string{"RateLimit-Policy": `"gcra";q=2;w=60`, "RateLimit": `"gcra";r=1;t=30`}},
 			{path: "/", status: 200},
@@ -563,7 +563,7 @@ func cases[O ~func(*flow.Config), M any](t *testing.T, a Adapter[O, M], rdb *red
 	shutLog := &errorLog{}
 	add(testCase[M]{
 		name:   "limiter-fail-closed",
-		global: []M{a.New(shut, a.WithErrorHandler(shutLog.hook), a.WithTimeout(Timeout))},
+		global: []M{a.New(shut, a.WithErrorHandler(shutLog.hook))},
 		steps:  []step{{path: "/", status: 503, want: map[string]string{"RateLimit": ""}}},
 		after:  shutLog.expect(1, nil),
 	})
@@ -778,7 +778,7 @@ func cases[O ~func(*flow.Config), M any](t *testing.T, a Adapter[O, M], rdb *red
 	}
 	add(testCase[M]{
 		name:   "limiter-func",
-		global: []M{a.New(free, a.WithLimiterFunc(plan), a.WithTimeout(Timeout))},
+		global: []M{a.New(free, a.WithLimiterFunc(plan))},
 		steps: []step{
 			{path: "/", status: 200, want: map[string]string{"RateLimit-Policy": `"token_bucket";q=1;w=60`}},
 			{path: "/", status: 429},
@@ -789,7 +789,7 @@ func cases[O ~func(*flow.Config), M any](t *testing.T, a Adapter[O, M], rdb *red
 	none := &errorLog{}
 	add(testCase[M]{
 		name:   "no-limiter",
-		global: []M{a.New(nil, a.WithLimiterFunc(plan), a.WithFailClosed(), a.WithErrorHandler(none.hook), a.WithTimeout(Timeout))},
+		global: []M{a.New(nil, a.WithLimiterFunc(plan), a.WithFailClosed(), a.WithErrorHandler(none.hook))},
 		steps: []step{
 			{path: "/", status: 503},
 			{path: "/", header: map[string]string{"X-Plan": "pro"}, status: 200},
