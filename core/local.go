@@ -281,19 +281,10 @@ func checkCost(rules []compiledRule, method string, n int) error {
 	return nil
 }
 
-// decide is the twin of the rule's Lua function; see lua/*.lua for the
-// meaning of every step.
+// decide is the twin of the rule's Lua function (its algorithm's
+// algorithmSpec.decide); see lua/*.lua for the meaning of every step.
 func (r *compiledRule) decide(s *localState, now, n int64) decision {
-	switch r.Algorithm {
-	case FixedWindow:
-		return fixedWindow(s, now, int64(r.Limit.Rate), r.periodTicks, n)
-	case SlidingWindowLog:
-		return slidingWindowLog(s, now, int64(r.Limit.Rate), r.periodTicks, n)
-	case SlidingWindowCounter:
-		return slidingWindowCounter(s, now, int64(r.Limit.Rate), r.periodTicks, n)
-	default:
-		return meter(s, now, r.rateUnits, r.eventUnits, r.capUnits, r.meterDelay(), n)
-	}
+	return r.spec.decide(r, s, now, n)
 }
 
 // size returns the number of keys held.

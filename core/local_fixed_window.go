@@ -1,7 +1,8 @@
 package core
 
 // fixedWindow is the twin of lua/fixed_window.lua.
-func fixedWindow(s *localState, now, rate, period, n int64) decision {
+func fixedWindow(r *compiledRule, s *localState, now, n int64) decision {
+	rate, period := int64(r.Limit.Rate), r.periodTicks
 	w, c := now/period, int64(0)
 	if s.present && s.w >= w {
 		w, c = s.w, s.c

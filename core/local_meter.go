@@ -3,7 +3,8 @@ package core
 // meter is the twin of lua/meter.lua: LeakyBucket, TokenBucket and GCRA,
 // with maxDelay their parameter d (see compiledRule.meterDelay). The state
 // is the TAT: t its whole ticks, v the remainder in units.
-func meter(s *localState, now, rate, event, capacity, maxDelay, n int64) decision {
+func meter(r *compiledRule, s *localState, now, n int64) decision {
+	rate, event, capacity, maxDelay := r.rateUnits, r.eventUnits, r.capUnits, r.meterDelay()
 	var debt int64
 	need := n * event
 	if s.present && s.t >= now {

@@ -1,7 +1,8 @@
 package core
 
 // slidingWindowCounter is the twin of lua/sliding_window_counter.lua.
-func slidingWindowCounter(s *localState, now, rate, period, n int64) decision {
+func slidingWindowCounter(r *compiledRule, s *localState, now, n int64) decision {
+	rate, period := int64(r.Limit.Rate), r.periodTicks
 	w := now / period
 	var p, c int64
 	if s.present {

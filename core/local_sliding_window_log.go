@@ -6,7 +6,9 @@ type logEntry struct {
 	at, n int64
 }
 
-func slidingWindowLog(s *localState, now, rate, period, n int64) decision {
+// slidingWindowLog is the twin of lua/sliding_window_log.lua.
+func slidingWindowLog(r *compiledRule, s *localState, now, n int64) decision {
+	rate, period := int64(r.Limit.Rate), r.periodTicks
 	var latest int64
 	if len(s.log) > 0 {
 		latest = s.log[len(s.log)-1].at
