@@ -28,7 +28,8 @@ const maxExact = 1 << 50
 //	capUnits   = Burst × eventUnits
 type compiledRule struct {
 	Rule
-	capacity int // the largest n ever admitted at once
+	spec     *algorithmSpec // its algorithm's entry of algorithmTable
+	capacity int            // the largest n ever admitted at once
 
 	tick        int64 // microseconds per tick
 	periodTicks int64
@@ -38,16 +39,6 @@ type compiledRule struct {
 	maxDelay    int64 // LeakyBucket: the longest delay admitted, in ticks; -1 for none
 
 	args []interface{} // the rule's script arguments, preformatted
-}
-
-// algorithm codes passed to the script.
-var algCode = map[Algorithm]string{
-	FixedWindow:          "1",
-	SlidingWindowLog:     "2",
-	SlidingWindowCounter: "3",
-	LeakyBucket:          "4",
-	TokenBucket:          "5",
-	GCRA:                 "6",
 }
 
 func gcd(a, b int64) int64 {
@@ -113,8 +104,9 @@ func compileRules(rules []Rule) ([]compiledRule, error) {
 // compileRule validates r; its error is a bare description of the problem.
 func compileRule(r Rule) (compiledRule, error) {
 	l := r.Limit
+	spec := r.Algorithm.spec()
 	switch {
-	case !r.Algorithm.valid():
+	case spec == nil:
 		return compiledRule{}, fmt.Errorf("unknown algorithm %q", r.Algorithm)
 	case l.Rate <= 0:
 		return compiledRule{}, fmt.Errorf("rate %d must be positive", l.Rate)
@@ -130,11 +122,11 @@ func compileRule(r Rule) (compiledRule, error) {
 	if l.Burst == 0 {
 		l.Burst = l.Rate
 	}
-	if r.Algorithm.windowed() && l.Burst != l.Rate {
+	if spec.kind == windowed && l.Burst != l.Rate {
 		return compiledRule{}, fmt.Errorf("%s counts whole windows: burst %d must be 0 or equal to rate %d", r.Algorithm, l.Burst, l.Rate)
 	}
 	r.Limit = l
-	c := compiledRule{Rule: r, capacity: l.Burst, maxDelay: -1}
+	c := compiledRule{Rule: r, spec: spec, capacity: l.Burst, maxDelay: -1}
 	periodMicros := int64(l.Period / time.Microsecond)
 	for _, tick := range []int64{1, 1000} {
 		if periodMicros%tick != 0 {
@@ -156,29 +148,29 @@ func compileRule(r Rule) (compiledRule, error) {
 
 // fits reports whether every quantity of c stays exact in a Lua number,
 // the durations it reports in microseconds included (a whole refill of a
-// bucket, two windows: at most 2^50µs, about 35 years).
+// bucket, two windows: at most 2^50µs, about 35 years), then whatever
+// bound its algorithm adds (algorithmSpec.fits).
 //
-// Only the meters compute with units, and only SlidingWindowCounter
-// multiplies counts by ticks: FixedWindow and SlidingWindowLog, which
-// compare counts and time stamps, always fit in microsecond ticks when
-// they fit at all, and never count in milliseconds.
+// Only the meters compute with units: the windows, which compare counts
+// and time stamps, always fit in microsecond ticks when they fit at all,
+// and never count in milliseconds unless their own bound says so
+// (SlidingWindowCounter's, which multiplies counts by ticks).
 func (c *compiledRule) fits() bool {
 	if c.periodTicks > maxExact || int64(c.Limit.Rate) > maxExact {
 		return false
 	}
-	if !c.Algorithm.windowed() && (int64(c.Limit.Burst) > maxExact/c.eventUnits || c.rateUnits > maxExact) {
+	meter := c.spec.kind == metered
+	if meter && (int64(c.Limit.Burst) > maxExact/c.eventUnits || c.rateUnits > maxExact) {
 		return false
 	}
 	longest := 2 * c.periodTicks // SlidingWindowCounter's reset, the most of the windows
-	if !c.Algorithm.windowed() {
+	if meter {
 		longest = c.refillTicks()
 	}
 	if longest > maxExact/c.tick {
 		return false
 	}
-	// SlidingWindowCounter compares previous×(period−elapsed) + (current+n)×period
-	// with rate×period.
-	return c.Algorithm != SlidingWindowCounter || int64(c.Limit.Rate) <= maxExact/(2*c.periodTicks)
+	return c.spec.fits == nil || c.spec.fits(c)
 }
 
 // refillTicks returns how long a meter takes to refill (or drain) its
@@ -187,31 +179,28 @@ func (c *compiledRule) refillTicks() int64 {
 	return ceilDiv(c.capUnits, c.rateUnits)
 }
 
-// scriptArgs returns the rule's ARGV entries: algorithm code, tick, then the
-// algorithm's five parameters a to e (see the headers of the .lua files).
-// The meters' e is the length of the cells in which they round a key's
-// TTL up (see cell_ttl in lua/prelude.lua); the windows' is unused.
+// scriptArgs returns the rule's ARGV entries: algorithm code (its position
+// in algorithmTable, from 1), tick, then the algorithm's five parameters a
+// to e (algorithmSpec.params; see the headers of the .lua files).
 func (c *compiledRule) scriptArgs() []interface{} {
-	i := func(v int64) interface{} { return strconv.FormatInt(v, 10) }
-	switch c.Algorithm {
-	case FixedWindow:
-		integer := "0"
-		if fixedWindowInteger(int64(c.Limit.Rate), c.periodTicks*c.tick) {
-			integer = "1"
-		}
-		return []interface{}{algCode[c.Algorithm], i(c.tick), i(int64(c.Limit.Rate)), i(c.periodTicks), integer, "0", "0"}
-	case SlidingWindowCounter:
-		place, tags := counterLayout(int64(c.Limit.Rate))
-		return []interface{}{algCode[c.Algorithm], i(c.tick), i(int64(c.Limit.Rate)), i(c.periodTicks), i(place), i(tags), "0"}
-	case SlidingWindowLog:
-		return []interface{}{algCode[c.Algorithm], i(c.tick), i(int64(c.Limit.Rate)), i(c.periodTicks), "0", "0", "0"}
-	default:
-		// The cells of a meter's TTL: the period, or the time to refill
-		// (or drain) the burst when that is shorter, so that an idle key
-		// outlives its state by less than either.
-		cell := min(c.periodTicks, c.refillTicks())
-		return []interface{}{algCode[c.Algorithm], i(c.tick), i(c.rateUnits), i(c.eventUnits), i(c.capUnits), i(c.meterDelay()), i(cell)}
+	p := c.spec.params(c)
+	args := make([]interface{}, 0, 2+len(p))
+	args = append(args, strconv.Itoa(c.code()), strconv.FormatInt(c.tick, 10))
+	for _, v := range p {
+		args = append(args, strconv.FormatInt(v, 10))
 	}
+	return args
+}
+
+// code is the number the script knows c's algorithm by: its entry's
+// position in algorithmTable, from 1.
+func (c *compiledRule) code() int {
+	for i := range algorithmTable {
+		if &algorithmTable[i] == c.spec {
+			return i + 1
+		}
+	}
+	return 0 // unreachable: spec is always an entry
 }
 
 // polices is the delay bound of a meter that admits without delay.
@@ -221,7 +210,7 @@ const polices = -2
 // LeakyBucket, which shapes, its delay bound in ticks or -1 for none; for
 // TokenBucket and GCRA, polices.
 func (c *compiledRule) meterDelay() int64 {
-	if c.Algorithm == LeakyBucket {
+	if c.spec.shapes {
 		return c.maxDelay
 	}
 	return polices
@@ -257,7 +246,7 @@ func counterLayout(rate int64) (place, tags int64) {
 // whole ticks). A bound the meter can never reach (its whole drain time or
 // more) is dropped, which also keeps d × rateUnits small.
 func (c *compiledRule) withMaxDelay(d time.Duration) {
-	if c.Algorithm != LeakyBucket {
+	if !c.spec.shapes {
 		return
 	}
 	ticks := int64(d/time.Microsecond) / c.tick
@@ -268,35 +257,19 @@ func (c *compiledRule) withMaxDelay(d time.Duration) {
 	c.args = c.scriptArgs()
 }
 
-// stateForm names, per algorithm, the form of its state since it last
-// changed in a way that earlier builds' keys must not be read as; their
-// keys then carry another fingerprint, are never read, and expire on
-// their own TTL. TokenBucket and LeakyBucket keep GCRA's TAT (their
-// earlier "<t>:<x>" would read as one). SlidingWindowLog keeps one
-// member per request, named by its running sum of costs (an earlier key's
-// members, one per event named "<time>:<index>", would not read as such
-// numbers), with its expiry kept within a cell; and its times are
-// microseconds at every limit (an earlier key of a large limit holds
-// milliseconds).
-var stateForm = map[Algorithm]string{
-	TokenBucket:      "tat",
-	LeakyBucket:      "tat",
-	SlidingWindowLog: "numbered",
-}
-
 // fingerprint returns a hash of the rules: name, algorithm, rate, period
 // and burst of each, in order, and the form of the state where it changed
-// in a way earlier builds' keys must not be read as (stateForm). It keeps
-// 128 bits of SHA-256, so that among even millions of limiters two with
-// different rules practically never share keys (a chance of about 2^-89
-// for a million), written in 22 base64url characters (A-Z a-z 0-9 - _,
+// in a way earlier builds' keys must not be read as
+// (algorithmSpec.stateForm). It keeps 128 bits of SHA-256, so that among
+// even millions of limiters two with different rules practically never
+// share keys (a chance of about 2^-89 for a million), written in 22 base64url characters (A-Z a-z 0-9 - _,
 // none of them special in a key or a hash tag). Keys of the 32-bit form
 // before it (8 hex digits) are never read again and expire on their TTL.
 func fingerprint(rules []compiledRule) string {
 	h := sha256.New()
 	for _, r := range rules {
 		fmt.Fprintf(h, "%q|%s|%d|%d|%d", r.Name, r.Algorithm, r.Limit.Rate, r.Limit.Period, r.Limit.Burst)
-		if form := stateForm[r.Algorithm]; form != "" {
+		if form := r.spec.stateForm; form != "" {
 			h.Write([]byte("|" + form))
 		}
 		h.Write([]byte("\n"))

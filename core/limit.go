@@ -40,28 +40,6 @@ const (
 	GCRA                 Algorithm = "gcra"                   // theoretical arrival time, one key
 )
 
-// Algorithms returns every algorithm, in the order of the constants above,
-// in a new slice each call: changing it changes nothing else. Validation
-// does not read it.
-func Algorithms() []Algorithm {
-	return []Algorithm{FixedWindow, SlidingWindowLog, SlidingWindowCounter, LeakyBucket, TokenBucket, GCRA}
-}
-
-// windowed reports whether a is counted per window, where Burst must equal Rate.
-func (a Algorithm) windowed() bool {
-	return a == FixedWindow || a == SlidingWindowLog || a == SlidingWindowCounter
-}
-
-// valid reports whether a is one of the six constants. It names them
-// itself, so that nothing a caller can change decides what is valid.
-func (a Algorithm) valid() bool {
-	switch a {
-	case FixedWindow, SlidingWindowLog, SlidingWindowCounter, LeakyBucket, TokenBucket, GCRA:
-		return true
-	}
-	return false
-}
-
 // Limit is Rate events per Period, at most Burst at once. Burst 0 means
 // Burst = Rate. Window algorithms count whole windows, so for them Burst must
 // be 0 or equal to Rate.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"embed"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -14,18 +15,37 @@ import (
 var luaFiles embed.FS
 
 // scriptFiles are concatenated in this order into the one script every
-// decision runs: helpers, the six algorithms (the three meters are one
-// function, meter.lua's), then the policy driver.
-var scriptFiles = []string{
-	"prelude.lua",
-	"fixed_window.lua",
-	"sliding_window_log.lua",
-	"sliding_window_counter.lua",
-	"meter.lua",
-	"leaky_bucket.lua",
-	"token_bucket.lua",
-	"gcra.lua",
-	"policy.lua",
+// decision runs: helpers (prelude.lua), each algorithm's files in the order
+// of algorithmTable (a file shared by several, meter.lua, once), then the
+// policy driver, policy.lua, preceded by the dispatch table
+// algorithmDispatch writes.
+var scriptFiles = scriptFileOrder()
+
+func scriptFileOrder() []string {
+	files := []string{"prelude.lua"}
+	for i := range algorithmTable {
+		for _, f := range algorithmTable[i].lua {
+			if !slices.Contains(files, f) {
+				files = append(files, f)
+			}
+		}
+	}
+	return append(files, "policy.lua")
+}
+
+// algorithmDispatch returns the Lua line policy.lua dispatches by: the
+// algorithms' functions, each at its code (see algorithmTable), so that
+// the Go table is the only list of the codes.
+func algorithmDispatch() string {
+	var b strings.Builder
+	b.WriteString("local algorithms = { -- generated from core/algorithms.go: code i is entry i\n ")
+	for i := range algorithmTable {
+		b.WriteString(" ")
+		b.WriteString(string(algorithmTable[i].name))
+		b.WriteString(",")
+	}
+	b.WriteString("\n}\n")
+	return b.String()
 }
 
 // scriptSrc is the one script every decision runs; see lua/policy.lua.
@@ -42,6 +62,9 @@ var scriptHashArg, scriptSrcArg interface{} = policyScript.Hash(), scriptSrc
 func scriptSource() string {
 	var b strings.Builder
 	for _, name := range scriptFiles {
+		if name == "policy.lua" {
+			b.WriteString(algorithmDispatch())
+		}
 		src, err := luaFiles.ReadFile("lua/" + name)
 		if err != nil {
 			panic("sluice: missing embedded script " + name) // a build defect, caught by every test

@@ -4,10 +4,9 @@
 -- KEYS: for each request, one key per rule; request d's keys are
 --   KEYS[(d-1)*R + 1 .. d*R], all with the same hash tag (one cluster slot).
 -- ARGV[1]: R, the number of rules.
--- ARGV[2 .. 1+7R]: seven per rule: algorithm code (1 fixed_window,
---   2 sliding_window_log, 3 sliding_window_counter, 4 leaky_bucket,
---   5 token_bucket, 6 gcra), tick (microseconds), then the algorithm's
---   parameters a, b, c, d, e.
+-- ARGV[2 .. 1+7R]: seven per rule: algorithm code (its index in
+--   algorithms, which core/algorithms.go generates before this file), tick
+--   (microseconds), then the algorithm's parameters a, b, c, d, e.
 -- ARGV[2+7R ..]: one per request: its cost n to consume it (AllowN), or -n
 --   to only look (Peek passes -1); or none at all when every request of the
 --   call consumes 1 (Allow, the common case: one argument less per request
@@ -38,10 +37,9 @@
 if redis.replicate_commands then
   redis.replicate_commands() -- Redis < 5: allow TIME before writes
 end
-local algorithms = {
-  fixed_window, sliding_window_log, sliding_window_counter,
-  leaky_bucket, token_bucket, gcra,
-}
+-- algorithms, the functions by code, is not defined here: the client puts
+-- it just before this file, generated from its table of algorithms
+-- (core/algorithms.go), so that the codes are listed once.
 -- Numbers from Redis and from the client are made numbers by arithmetic
 -- (x + 0), not by tonumber: Lua 5.1's tonumber is a call into C that
 -- converts its argument twice (lua_isnumber, then lua_tonumber), 1,300 to

@@ -1,0 +1,94 @@
+package core
+
+import (
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestAlgorithmTable checks what the algorithm table (algorithms.go)
+// cannot say by itself: that each entry's Lua file defines the function
+// the generated dispatch names, that the script carries the dispatch in
+// the table's order and policy.lua no list of its own, and that the
+// derived views agree with the table.
+func TestAlgorithmTable(t *testing.T) {
+	algs := Algorithms()
+	if len(algs) != len(algorithmTable) {
+		t.Fatalf("Algorithms() has %d, the table %d", len(algs), len(algorithmTable))
+	}
+	seen := map[Algorithm]bool{}
+	for i, a := range algs {
+		spec := &algorithmTable[i]
+		if seen[a] {
+			t.Errorf("%s is in the table twice", a)
+		}
+		seen[a] = true
+		if !a.valid() || a.spec() != spec {
+			t.Errorf("%s: not found at its own entry", a)
+		}
+		if spec.kind != windowed && spec.kind != metered {
+			t.Errorf("%s: kind %d", a, spec.kind)
+		}
+		if spec.params == nil || spec.decide == nil || len(spec.lua) == 0 {
+			t.Fatalf("%s: entry without params, decide or Lua file", a)
+		}
+		if !regexp.MustCompile(`^[a-z][a-z0-9_]*$`).MatchString(string(a)) {
+			t.Errorf("%q cannot name a Lua local", a)
+		}
+		own := spec.lua[len(spec.lua)-1]
+		src, err := luaFiles.ReadFile("lua/" + own)
+		if err != nil {
+			t.Fatalf("%s: %v", a, err)
+		}
+		defines := regexp.MustCompile(`(?m)^local (function )?` + string(a) + `\b`)
+		if !defines.Match(src) {
+			t.Errorf("%s: lua/%s does not define `local %s`", a, own, a)
+		}
+		for _, f := range spec.lua {
+			if !slices.Contains(scriptFiles, f) {
+				t.Errorf("%s: %s is not assembled into the script", a, f)
+			}
+		}
+		rules, err := compileRules([]Rule{{Name: "r", Algorithm: a, Limit: PerSecond(10)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code := rules[0].args[0]; code != strconv.Itoa(i+1) {
+			t.Errorf("%s: code %v, want %d", a, code, i+1)
+		}
+	}
+	for _, bad := range []Algorithm{"", "meter", "FixedWindow", "fixed_window "} {
+		if bad.valid() || bad.windowed() {
+			t.Errorf("%q is valid", bad)
+		}
+	}
+
+	// The dispatch, generated in the table's order, comes before
+	// policy.lua, which lists no algorithm itself.
+	want := "local algorithms = { -- generated from core/algorithms.go: code i is entry i\n  " +
+		strings.Join(stringsOf(algs), ", ") + ",\n}\n"
+	if got := algorithmDispatch(); got != want {
+		t.Errorf("dispatch %q, want %q", got, want)
+	}
+	policy, _ := luaFiles.ReadFile("lua/policy.lua")
+	if regexp.MustCompile(`(?m)^local algorithms\b`).Match(policy) {
+		t.Error("policy.lua defines its own algorithms table")
+	}
+	at := strings.Index(scriptSrc, algorithmDispatch())
+	if at < 0 || at > strings.Index(scriptSrc, string(policy)) {
+		t.Error("the script does not carry the dispatch before policy.lua")
+	}
+	if scriptFiles[0] != "prelude.lua" || scriptFiles[len(scriptFiles)-1] != "policy.lua" {
+		t.Errorf("script files %q: prelude first, policy last", scriptFiles)
+	}
+}
+
+func stringsOf(algs []Algorithm) []string {
+	out := make([]string, len(algs))
+	for i, a := range algs {
+		out[i] = string(a)
+	}
+	return out
+}
