@@ -33,9 +33,9 @@ type Algorithm string
 //     timestamp per key (the theoretical arrival time).
 const (
 	FixedWindow          Algorithm = "fixed_window"           // a count per window, stored with its expiry in one step
-	SlidingWindowLog     Algorithm = "sliding_window_log"     // sorted set of admitted events: exact
+	SlidingWindowLog     Algorithm = "sliding_window_log"     // one sorted-set entry per admitted request: exact
 	SlidingWindowCounter Algorithm = "sliding_window_counter" // weighted previous + current window
-	LeakyBucket          Algorithm = "leaky_bucket"           // a queue: admitted requests are delayed to drain at Rate
+	LeakyBucket          Algorithm = "leaky_bucket"           // a queue: each admitted request waits its turn (Result.Delay) to drain at Rate
 	TokenBucket          Algorithm = "token_bucket"           // capacity Burst, refilled continuously at Rate/Period
 	GCRA                 Algorithm = "gcra"                   // theoretical arrival time, one key
 )

@@ -16,58 +16,78 @@ import (
 // constructorsSource names the template below in the generated header.
 const constructorsSource = "internal/flow/adaptergen/constructors.go"
 
-// constructorsTemplate is the one source of the adapters' constructors.
-// Pkg is the package name, Middleware what its hand-written middleware
-// function returns.
+// algorithmsSource declares the algorithms, one constructor each.
+const algorithmsSource = "core/limit.go"
+
+// constructorsTemplate is the one source of the adapters' constructors:
+// one per constant of type core.Algorithm in core/limit.go, named after it
+// and described by its line comment, then New. Pkg is the package name,
+// Middleware what its hand-written middleware function returns.
 var constructorsTemplate = template.Must(template.New("constructors").Parse(`
-// FixedWindow limits with the fixed-window algorithm. It panics when limit
-// is invalid, with a message naming the problem.
-func FixedWindow(client redis.UniversalClient, limit core.Limit, opts ...Option) {{.Middleware}} {
-	return middleware(flow.Must("{{.Pkg}}.FixedWindow", client, core.FixedWindow, limit, opts))
+{{- range .Algorithms}}
+// {{.Name}} limits with core.{{.Name}}: {{.What}}.
+//
+// It panics at construction when limit is invalid, with a message naming
+// the problem.
+func {{.Name}}(client redis.UniversalClient, limit core.Limit, opts ...Option) {{$.Middleware}} {
+	return middleware(flow.Must("{{$.Pkg}}.{{.Name}}", client, core.{{.Name}}, limit, opts))
 }
-
-// SlidingWindowLog limits with the exact sliding-window log. It panics when
-// limit is invalid.
-func SlidingWindowLog(client redis.UniversalClient, limit core.Limit, opts ...Option) {{.Middleware}} {
-	return middleware(flow.Must("{{.Pkg}}.SlidingWindowLog", client, core.SlidingWindowLog, limit, opts))
-}
-
-// SlidingWindowCounter limits with the sliding-window counter. It panics
-// when limit is invalid.
-func SlidingWindowCounter(client redis.UniversalClient, limit core.Limit, opts ...Option) {{.Middleware}} {
-	return middleware(flow.Must("{{.Pkg}}.SlidingWindowCounter", client, core.SlidingWindowCounter, limit, opts))
-}
-
-// LeakyBucket shapes with the leaky bucket: an admitted request is held for
-// its Delay (at most WithMaxDelay, and no longer than the request context
-// lives) before the next handler runs. It panics when limit is invalid.
-func LeakyBucket(client redis.UniversalClient, limit core.Limit, opts ...Option) {{.Middleware}} {
-	return middleware(flow.Must("{{.Pkg}}.LeakyBucket", client, core.LeakyBucket, limit, opts))
-}
-
-// TokenBucket limits with the token bucket. It panics when limit is invalid.
-func TokenBucket(client redis.UniversalClient, limit core.Limit, opts ...Option) {{.Middleware}} {
-	return middleware(flow.Must("{{.Pkg}}.TokenBucket", client, core.TokenBucket, limit, opts))
-}
-
-// GCRA limits with the generic cell rate algorithm. It panics when limit is
-// invalid.
-func GCRA(client redis.UniversalClient, limit core.Limit, opts ...Option) {{.Middleware}} {
-	return middleware(flow.Must("{{.Pkg}}.GCRA", client, core.GCRA, limit, opts))
-}
-
+{{end}}
 // New limits with l, a limiter of one rule or a policy of several; l may be
 // nil when WithLimiterFunc chooses the limiter. It panics only when it is
-// given nothing to decide with: a nil l and no WithLimiterFunc.
+// given nothing to decide with (a nil l and no WithLimiterFunc), or an
+// option that only the limiter of an algorithm constructor takes.
 func New(l *core.Limiter, opts ...Option) {{.Middleware}} {
 	return middleware(flow.MustNew("{{.Pkg}}.New", l, opts))
 }
 `))
 
+// algorithm is one constant of type core.Algorithm: its name, and its line
+// comment without the final period.
+type algorithm struct{ Name, What string }
+
+// algorithms returns the constants of type Algorithm declared in src, the
+// text of core/limit.go, in their order there.
+func algorithms(src []byte) ([]algorithm, error) {
+	file, err := parser.ParseFile(token.NewFileSet(), algorithmsSource, src, parser.ParseComments)
+	if err != nil {
+		return nil, err
+	}
+	var out []algorithm
+	for _, d := range file.Decls {
+		gd, ok := d.(*ast.GenDecl)
+		if !ok || gd.Tok != token.CONST {
+			continue
+		}
+		for _, spec := range gd.Specs {
+			vs := spec.(*ast.ValueSpec)
+			if id, ok := vs.Type.(*ast.Ident); !ok || id.Name != "Algorithm" {
+				continue
+			}
+			what := strings.TrimSuffix(strings.TrimSpace(vs.Comment.Text()), ".")
+			for _, n := range vs.Names {
+				if what == "" {
+					return nil, fmt.Errorf("%s: the algorithm %s has no line comment to describe its constructor", algorithmsSource, n.Name)
+				}
+				out = append(out, algorithm{n.Name, what})
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s: no constant of type Algorithm", algorithmsSource)
+	}
+	return out, nil
+}
+
 // generateConstructors returns the constructors.go of package pkg in dir:
-// the template above, returning the result type of the package's
-// hand-written func middleware(*flow.Flow) T.
-func generateConstructors(pkg, dir string) ([]byte, error) {
+// the template above for the algorithms declared in algSrc (the text of
+// core/limit.go), returning the result type of the package's hand-written
+// func middleware(*flow.Flow) T.
+func generateConstructors(pkg, dir string, algSrc []byte) ([]byte, error) {
+	algs, err := algorithms(algSrc)
+	if err != nil {
+		return nil, err
+	}
 	g := newGenerator(token.NewFileSet())
 	mw, err := g.middlewareType(dir)
 	if err != nil {
@@ -78,10 +98,14 @@ func generateConstructors(pkg, dir string) ([]byte, error) {
 	g.used["redis"], g.used["core"] = true, true
 
 	var b bytes.Buffer
-	b.WriteString(header(constructorsSource))
+	b.WriteString(header(constructorsSource + " and " + algorithmsSource))
 	fmt.Fprintf(&b, "package %s\n\n", pkg)
 	b.WriteString(g.importBlock())
-	if err := constructorsTemplate.Execute(&b, struct{ Pkg, Middleware string }{pkg, mw}); err != nil {
+	data := struct {
+		Pkg, Middleware string
+		Algorithms      []algorithm
+	}{pkg, mw, algs}
+	if err := constructorsTemplate.Execute(&b, data); err != nil {
 		return nil, err
 	}
 	out, err := format.Source(b.Bytes())

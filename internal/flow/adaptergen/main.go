@@ -9,8 +9,9 @@
 //     (DefaultTimeout = flow.DefaultTimeout), a function returning flow's
 //     Option as a function of the same name and parameters returning the
 //     package's own Option and delegating to flow's.
-//   - constructors.go, the algorithm constructors and New, from the
-//     template in constructors.go here. They return what the package's
+//   - constructors.go, the algorithm constructors (one per constant of
+//     type Algorithm in core/limit.go) and New, from the template in
+//     constructors.go here. They return what the package's
 //     hand-written middleware function returns (func(http.Handler)
 //     http.Handler, gin.HandlerFunc, echo.MiddlewareFunc).
 //
@@ -90,7 +91,11 @@ func generateAll(pkg, dir string) (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	cons, err := generateConstructors(pkg, dir)
+	algSrc, err := os.ReadFile(filepath.Join(root, algorithmsSource))
+	if err != nil {
+		return nil, err
+	}
+	cons, err := generateConstructors(pkg, dir, algSrc)
 	if err != nil {
 		return nil, err
 	}
