@@ -64,12 +64,10 @@ end
 -- the answers, flat; top is the index of the last one written
 local replies, top = {}, 0
 
--- Each call makes anew every function and table the script defines: a
--- closure or a table costs Redis 500 to 700 instructions, and more for
--- each local it captures. So what only a policy of several rules needs
--- (store, decide and their tables) is made only for one, and a failed
--- request's answer is written where it fails: 12k instructions less per
--- call for a lone rule, of about 80k before its first request.
+-- Each call makes anew every function and table the script defines, a
+-- cost that grows with each local a closure captures. So what only a
+-- policy of several rules needs (store, decide and their tables) is made
+-- only for one, and a failed request's answer is written where it fails.
 local base = 2 + 7 * R -- ARGV[base] is the first request's cost
 local count = #ARGV - base + 1
 local unit = false -- 1 when every request consumes 1 and has no argument
