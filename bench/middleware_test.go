@@ -31,7 +31,6 @@ func BenchmarkMiddleware(b *testing.B) {
 	var lastErr atomic.Pointer[error]
 	h := nethttp.New(l,
 		nethttp.WithKey(keyfunc.Header("X-Api-Key")),
-		nethttp.WithTimeout(*sluiceTimeout),
 		nethttp.WithErrorHandler(func(_ *http.Request, err error) { lastErr.Store(&err) }),
 	)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	newDecider := func() decider {
