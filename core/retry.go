@@ -2,7 +2,6 @@ package core
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -29,9 +28,8 @@ func (scriptCmd) NoRetry() bool { return true }
 // pause waits before the next send of a call that Redis could not take:
 // 8ms, 16ms, 32ms. It reports false, at once, when ctx ends first.
 func pause(ctx context.Context, sends int) bool {
-	t := timerPool.Get().(*time.Timer)
-	defer func() { t.Stop(); timerPool.Put(t) }()
-	t.Reset(8 * time.Millisecond << (sends - 1))
+	t := time.NewTimer(8 * time.Millisecond << (sends - 1))
+	defer t.Stop()
 	select {
 	case <-t.C:
 		return true
@@ -40,8 +38,3 @@ func pause(ctx context.Context, sends int) bool {
 	}
 }
 
-var timerPool = sync.Pool{New: func() any {
-	t := time.NewTimer(time.Hour)
-	t.Stop()
-	return t
-}}
