@@ -37,4 +37,3 @@ func pause(ctx context.Context, sends int) bool {
 		return false
 	}
 }
-
