@@ -12,8 +12,10 @@ import (
 // answer any more; with ContextTimeoutEnabled it also bounds the read.
 //
 // It is reused from send to send, so a send allocates no context and no
-// timer: arm starts a send, disarm ends it. A timer that fires late, after
-// its send has ended, ends nothing: fire checks the current deadline.
+// timer (context.WithDeadline would, at every send: at one caller, every
+// decision): arm starts a send, disarm ends it. A timer that fires late,
+// after its send has ended, ends nothing: fire checks the current
+// deadline.
 type execContext struct {
 	mu       sync.Mutex
 	deadline time.Time
