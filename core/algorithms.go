@@ -11,7 +11,10 @@ package core
 //
 // A new algorithm touches exactly:
 //
-//   - core/limit.go: its exported Algorithm constant, with its doc;
+//   - core/limit.go: its exported Algorithm constant, with its doc and a
+//     line comment, which the adapters' generated constructor docs quote
+//     (one that names Result.Delay also tells that the middleware holds
+//     the request);
 //   - core/algorithms.go: its entry, appended to algorithmTable (appending
 //     keeps the codes of the others: they are positions);
 //   - core/lua/<name>.lua: its Lua function, `local function <name>(key,

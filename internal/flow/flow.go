@@ -25,9 +25,9 @@ import (
 // latency. (core's tests raise core's default the same way.)
 var defaultTimeout = DefaultTimeout
 
-// RaiseDefaultTimeout makes d the timeout that the constructors and
-// WithTimeout(0) use, for tests only (flowtest.Main); it is called before
-// any test runs.
+// RaiseDefaultTimeout makes d the timeout that the constructors use when
+// WithTimeout is not given, for tests only (flowtest.Main); it is called
+// before any test runs.
 func RaiseDefaultTimeout(d time.Duration) { defaultTimeout = d }
 
 // unknownPeer is the key of requests whose peer address cannot be read

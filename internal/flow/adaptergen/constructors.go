@@ -25,7 +25,11 @@ const algorithmsSource = "core/limit.go"
 // Middleware what its hand-written middleware function returns.
 var constructorsTemplate = template.Must(template.New("constructors").Parse(`
 {{- range .Algorithms}}
-// {{.Name}} limits with core.{{.Name}}: {{.What}}.
+// {{.Name}} limits with core.{{.Name}}:
+// {{.What}}.{{if .Shapes}}
+// The middleware holds an admitted request for its Delay, at most
+// WithMaxDelay and no longer than the request's context lives, before the
+// next handler runs.{{end}}
 //
 // It panics at construction when limit is invalid, with a message naming
 // the problem.
@@ -43,8 +47,12 @@ func New(l *core.Limiter, opts ...Option) {{.Middleware}} {
 `))
 
 // algorithm is one constant of type core.Algorithm: its name, and its line
-// comment without the final period.
-type algorithm struct{ Name, What string }
+// comment without the final period. Shapes is true when that comment says
+// the algorithm delays what it admits (it names Result.Delay).
+type algorithm struct {
+	Name, What string
+	Shapes     bool
+}
 
 // algorithms returns the constants of type Algorithm declared in src, the
 // text of core/limit.go, in their order there.
@@ -69,7 +77,7 @@ func algorithms(src []byte) ([]algorithm, error) {
 				if what == "" {
 					return nil, fmt.Errorf("%s: the algorithm %s has no line comment to describe its constructor", algorithmsSource, n.Name)
 				}
-				out = append(out, algorithm{n.Name, what})
+				out = append(out, algorithm{n.Name, what, strings.Contains(what, "Result.Delay")})
 			}
 		}
 	}
