@@ -71,7 +71,7 @@ type batcher struct {
 
 	mu        sync.Mutex
 	pending   []*call
-	spare     []*call        // an emptied batch, reused as the next pending slice (a fresh one would be an allocation per batch)
+	spare     []*call        // an emptied batch, reused as the next pending slice: none allocated per batch
 	active    int            // flushers running (stalled ones too), and a caller sending inline
 	parked    int            // flushers waiting on wake for another batch (see flush)
 	wake      chan bool      // to a parked flusher: true, send; false, exit
