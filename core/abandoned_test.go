@@ -32,7 +32,12 @@ func TestAbandonedCallsAreNotSent(t *testing.T) {
 	}
 	b.flushers = 1
 	done := make(chan struct{})
-	go func() { b.do(context.Background(), 0, getCall(callPing)); close(done) }()
+	go func() {
+		c2 := getCall(callDel)
+		c2.keys = []keyArg{{b: []byte(key + "-other")}}
+		b.do(context.Background(), 0, c2)
+		close(done)
+	}()
 	<-done
 	if n := c.Exists(context.Background(), key).Val(); n != 0 {
 		t.Error("an abandoned call was executed")

@@ -269,7 +269,7 @@ func (b *batcher) canStart(now time.Time) bool {
 // flusher in a read until the client's ReadTimeout, since go-redis ignores
 // context deadlines on reads unless ContextTimeoutEnabled is set. Were it
 // to keep its place, a few hung pooled connections would stop every
-// decision, and the health probe's PING, while Redis answers on every
+// decision, and the health probe's write, while Redis answers on every
 // other connection. Each stalled send holds a connection of its own, so
 // no more of them may be out than the pool has connections: the flushers
 // running are at most flushers + stalls.
@@ -282,7 +282,7 @@ func (b *batcher) room(now time.Time) bool {
 	}
 	stalled := 0
 	for _, x := range b.scratches {
-		if x.batch != nil && now.Sub(x.sentAt) >= stallAfter {
+		if x.stalled(now) {
 			stalled++
 		}
 	}
@@ -305,7 +305,7 @@ func (b *batcher) mayGo(now time.Time) bool {
 	}
 	live := b.inflight
 	for _, x := range b.scratches {
-		if x.batch != nil && now.Sub(x.sentAt) >= stallAfter {
+		if x.stalled(now) {
 			live -= len(x.batch)
 		}
 	}
@@ -316,6 +316,12 @@ func (b *batcher) mayGo(now time.Time) bool {
 // stop waiting for it to return, and before it stops holding a flusher's
 // place (see room): well beyond a round trip of a large batch.
 const stallAfter = 5 * time.Millisecond
+
+// stalled reports whether x is sending a batch that has been out for
+// stallAfter, with b.mu held.
+func (x *execScratch) stalled(now time.Time) bool {
+	return x.batch != nil && now.Sub(x.sentAt) >= stallAfter
+}
 
 // close ends the parked flushers, and makes every flusher end from now on
 // when it has nothing to send rather than park: behind a batch that hangs,

@@ -7,7 +7,7 @@ import (
 )
 
 // call is one queued command: the policy script (EVALSHA, EVAL on NOSCRIPT),
-// a DEL of keys (Reset) or a PING (the health probe).
+// a DEL of keys (Reset) or a SET (the health probe's write).
 //
 // A call waits until one of its flusher, the watchdog or its caller claims
 // it (claim; see the invariants in batcher.go).
@@ -15,8 +15,8 @@ import (
 // Script calls are pooled. A caller whose call was answered puts it back
 // once it has read the answer; the flusher touches an answered call no more
 // after signalling. A call that expired or was given up is never put back:
-// it may still sit in a batch being sent. Nor is a DEL or a PING, answered
-// while its batch's scripts are still out.
+// it may still sit in a batch being sent. Nor is a DEL or a probe's SET,
+// answered while its batch's scripts are still out.
 type call struct {
 	kind callKind
 	keys []keyArg      // the request's keys, one per rule (their buffers are kept)
@@ -90,6 +90,5 @@ type callKind uint8
 const (
 	callScript callKind = iota
 	callDel
-	callPing
 	callProbe // the health probe's write: SET <its key> 1 PX 1000
 )

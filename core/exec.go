@@ -40,16 +40,14 @@ func (x *execScratch) reset() {
 	}
 	x.used = 0
 	clear(x.bySlot)
-	clear(x.others)
 }
 
 // exec sends one batch and answers every call in it. The decisions of a
 // batch travel in as few script calls as the client allows (see grouping):
 // one script call decides many requests, each all or nothing and in order,
 // so Redis pays the cost of starting a script once per group rather than
-// once per request. DELs, PINGs and the probe's SET go in a pipeline of
-// their own, sent
-// first: go-redis retries none of a pipeline that holds a script (see
+// once per request. DELs and the probe's SET go in a pipeline of their
+// own, sent first: go-redis retries none of a pipeline that holds a script (see
 // scriptCmd), and those are safe to retry. The scripts are grouped
 // after it, of the calls still waiting then. Errors are per call: one
 // call's error never fails another.
@@ -82,7 +80,7 @@ func (b *batcher) exec(x *execScratch, batch []*call) {
 	if cap(x.others) < len(batch) {
 		x.others = make([]redis.Cmder, len(batch))
 	}
-	others := x.others[:len(batch)] // DEL and PING, by position
+	others := x.others[:len(batch)] // DEL and the probe's SET, by position
 	var other redis.Pipeliner
 	now := time.Now()
 	for i, c := range batch {
@@ -92,16 +90,14 @@ func (b *batcher) exec(x *execScratch, batch []*call) {
 		if other == nil {
 			other = b.client.Pipeline()
 		}
-		switch c.kind {
-		case callDel:
+		if c.kind == callDel {
 			others[i] = other.Del(ctx, keyStrings(c.keys)...)
-		case callProbe:
-			others[i] = other.Set(ctx, keyStrings(c.keys)[0], "1", time.Second)
-		default:
-			others[i] = other.Ping(ctx)
+		} else {
+			others[i] = other.Set(ctx, keyStrings(c.keys)[0], "1", time.Second) // callProbe
 		}
 	}
 	if other != nil {
+		defer clear(others)
 		_, _ = other.Exec(ctx)
 		// Answered at once, not after the scripts: a slow script pipeline
 		// must not hold a Reset that has been done (their callers never
@@ -124,25 +120,23 @@ func (b *batcher) exec(x *execScratch, batch []*call) {
 		if c.kind != callScript || !c.stillWaits(now) {
 			continue // expired or given up: never sent
 		}
-		{
-			var g *scriptGroup
-			switch {
-			case b.grouping == groupAll && x.used > 0:
-				g = x.groups[0]
-			case b.grouping == groupSlot:
-				if x.bySlot == nil {
-					x.bySlot = make(map[int]*scriptGroup)
-				}
-				if g = x.bySlot[c.slot]; g == nil {
-					g = x.group()
-					x.bySlot[c.slot] = g
-				}
+		var g *scriptGroup
+		switch {
+		case b.grouping == groupAll && x.used > 0:
+			g = x.groups[0]
+		case b.grouping == groupSlot:
+			if x.bySlot == nil {
+				x.bySlot = make(map[int]*scriptGroup)
 			}
-			if g == nil {
+			if g = x.bySlot[c.slot]; g == nil {
 				g = x.group()
+				x.bySlot[c.slot] = g
 			}
-			g.calls = append(g.calls, c)
 		}
+		if g == nil {
+			g = x.group()
+		}
+		g.calls = append(g.calls, c)
 	}
 	groups := x.groups[:x.used]
 	for _, g := range groups {

@@ -39,8 +39,6 @@ func (b *batcher) sendInline(c *call) (bool, error) {
 		}
 	case callDel:
 		c.err = b.client.Del(ctx, keyStrings(c.keys)...).Err()
-	case callPing:
-		c.err = b.client.Ping(ctx).Err()
 	case callProbe:
 		c.err = b.client.Set(ctx, keyStrings(c.keys)[0], "1", time.Second).Err()
 	}

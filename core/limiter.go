@@ -275,7 +275,7 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if l.local != nil {
 		l.local.Reset(key)
 	}
-	// A DEL or PING is answered as soon as its own pipeline returns, while
+	// A DEL or a probe's SET is answered as soon as its own pipeline returns, while
 	// its batch's scripts are still out: its call may still be read there
 	// (see exec), so it is not put back in the pool. Both are rare.
 	c := getCall(callDel)

@@ -65,10 +65,10 @@ func WithFailureMode(m FailureMode) Option {
 // consecutive failed decisions (default 3). While unhealthy the limiter
 // stops sending decisions to Redis, decides them by its FailureMode at once,
 // and probes Redis in the background, with pauses growing from 50ms up to
-// maxBackoff (default 500ms), until it accepts a write (a PING, then a
-// SET of a short-lived key under the prefix): a Redis that answers PING
-// but refuses writes (NOREPLICAS, READONLY, OOM) stays unhealthy. failures
-// 0 turns this off: every decision then tries Redis.
+// maxBackoff (default 500ms), until it accepts a write (a SET of a
+// short-lived key under the prefix): a Redis that answers PING but refuses
+// writes (NOREPLICAS, READONLY, OOM) stays unhealthy. failures 0 turns
+// this off: every decision then tries Redis.
 func WithHealthCheck(failures int, maxBackoff time.Duration) Option {
 	return func(o *options) { o.failures, o.maxBackoff = failures, maxBackoff }
 }

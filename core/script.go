@@ -112,11 +112,6 @@ func ruleArgs(rules []compiledRule) []interface{} {
 	return args
 }
 
-// args returns the whole ARGV of one request alone.
-func (l *Limiter) args(consume bool, n int) []interface{} {
-	return appendArgs(append([]interface{}(nil), l.batch.ruleArgs...), consume, n)
-}
-
 // run decides key by the script, in the limiter's batcher, within the
 // limiter's timeout.
 func (l *Limiter) run(ctx context.Context, key string, consume bool, n int) (Result, error) {

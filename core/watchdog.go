@@ -103,7 +103,7 @@ func (b *batcher) endIdleSends() {
 func (b *batcher) holdBack(now time.Time) {
 	var sent time.Time
 	for _, x := range b.scratches {
-		if x.batch != nil && now.Sub(x.sentAt) < stallAfter && (sent.IsZero() || x.sentAt.Before(sent)) {
+		if x.batch != nil && !x.stalled(now) && (sent.IsZero() || x.sentAt.Before(sent)) {
 			sent = x.sentAt
 		}
 	}
