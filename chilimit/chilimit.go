@@ -11,7 +11,9 @@
 // while it decides, so keyfunc.Route gives the same key wherever the
 // middleware is mounted. That costs a lookup in the router per request,
 // which allocates under mounted sub-routers (r.Route, r.Mount); with the
-// default key, the peer address, the middleware does no lookup.
+// default key, the peer address, the middleware does no lookup. (RouteKey
+// looks the request up once more, so that it also works outside the
+// middleware; keyfunc.Route reads the pattern the middleware set.)
 //
 // A limit on one route or group is mounted with chi's own tools:
 //

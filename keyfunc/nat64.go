@@ -65,7 +65,11 @@ func (g IPv6Grouping) NAT64(prefixes ...netip.Prefix) IPv6Grouping {
 		}
 		all = append(all, p.Masked())
 	}
-	slices.SortStableFunc(all, func(a, b netip.Prefix) int { return cmp.Compare(b.Bits(), a.Bits()) })
+	// Longest first, the longest match deciding; equal prefixes side by
+	// side, so that Compact drops every repeat.
+	slices.SortFunc(all, func(a, b netip.Prefix) int {
+		return cmp.Or(cmp.Compare(b.Bits(), a.Bits()), a.Addr().Compare(b.Addr()))
+	})
 	g.nat64 = &nat64Set{prefixes: slices.Compact(all)}
 	return g
 }

@@ -6,9 +6,10 @@ import (
 )
 
 // NoRoute is the route pattern of a request that the router matched to no
-// route (a 404). The router adapters (nethttp.RouteKey, chilimit, ginlimit,
-// echolimit) set it as the request's Pattern while they decide, so that
-// every such request shares one key, "route:(no route)", whatever its path
+// route (a 404). The chilimit, ginlimit and echolimit middlewares set it as
+// the request's Pattern while they decide (when a function of yours may
+// read the route), and nethttp.RouteKey keys by it, so that every such
+// request shares one key, "route:(no route)", whatever its path
 // and method: a key per path would let a client make up paths for fresh
 // budgets, and a key error would report every 404. A router of your own can
 // set it too.

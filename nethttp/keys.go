@@ -31,6 +31,6 @@ func RouteKey(mux *http.ServeMux, with ...keyfunc.Func) keyfunc.Func {
 			// so that HEAD and GET of a route share one budget.
 			return flow.Route(pattern[:i], strings.TrimLeft(pattern[i:], " \t"))
 		}
-		return flow.RoutePattern(r, pattern)
+		return flow.Route(r.Method, pattern)
 	}, with)
 }

@@ -14,7 +14,9 @@
 // limiter and panic at once on an invalid limit, naming the problem; New
 // takes any core.Limiter, such as a policy of several rules, and panics
 // only when it has nothing to decide with (a nil limiter and no
-// WithLimiterFunc). Nothing panics while serving.
+// WithLimiterFunc) or is given an option that only the algorithm
+// constructors' limiter takes (WithTimeout, WithPrefix, WithDenyCache,
+// WithLimiterOptions). Nothing panics while serving.
 //
 // # The request flow
 //

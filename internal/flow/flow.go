@@ -67,7 +67,7 @@ type Config struct {
 	// WithDenyHandler replaced the defaults (see Flow.ReadsRoute).
 	customKey, customDeny bool
 
-	forLimiter []limiterOption // options set that only a constructor's limiter takes (see MustNew)
+	forLimiter limiterOption // the first option set that only a constructor's limiter takes (see MustNew)
 }
 
 // limiterOption names an option that configures the limiter an algorithm
@@ -75,9 +75,11 @@ type Config struct {
 type limiterOption struct{ name, instead string }
 
 // limiterOnly records that the option name, which only the limiter of an
-// algorithm constructor takes, was set.
+// algorithm constructor takes, was set (the first such option is named).
 func (c *Config) limiterOnly(name, instead string) {
-	c.forLimiter = append(c.forLimiter, limiterOption{name, instead})
+	if c.forLimiter.name == "" {
+		c.forLimiter = limiterOption{name, instead}
+	}
 }
 
 // Option sets a field of Config. Every adapter's Option has this underlying
@@ -152,8 +154,7 @@ func MustNew[O ~func(*Config)](where string, l *core.Limiter, opts []O) *Flow {
 	if l == nil && f.cfg.LimiterFor == nil {
 		panic(where + ": nil limiter and no WithLimiterFunc")
 	}
-	if len(f.cfg.forLimiter) > 0 {
-		o := f.cfg.forLimiter[0]
+	if o := f.cfg.forLimiter; o.name != "" {
 		panic(fmt.Sprintf("%s: %s configures the limiter an algorithm constructor builds, not the one given to New: use %s on that limiter", where, o.name, o.instead))
 	}
 	return f

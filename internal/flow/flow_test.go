@@ -180,8 +180,8 @@ func TestRouteMethods(t *testing.T) {
 		{"OPTIONS", "/x", "OPTIONS /x"},
 		{"XYZ1", "/x", "OTHER /x"},
 		{"get", "/x", "OTHER /x"}, // methods are case-sensitive
-		{"GET", "", NoRoute},
-		{"XYZ1", "", NoRoute},
+		{"GET", "", keyfunc.NoRoute},
+		{"XYZ1", "", keyfunc.NoRoute},
 	} {
 		if got := Route(c.method, c.pattern); got != c.want {
 			t.Errorf("Route(%q, %q) = %q; want %q", c.method, c.pattern, got, c.want)

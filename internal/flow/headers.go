@@ -45,9 +45,10 @@ var (
 // The draft headers of a lone middleware cost two allocations: the
 // RateLimit value and one backing array for both values.
 //
-// It returns res's rules as the draft fields name them when a name had to
-// change (see addItems), and nil otherwise, so that a denial can name them
-// the same way (see renameRules).
+// When a middleware before this one has set the draft fields, it returns
+// res's rules as those fields name them (a copy, see addItems), and nil
+// otherwise, so that a denial can name them the same way (see
+// renameRules).
 func setHeaders(h http.Header, m HeaderMode, res core.Result, policy string, now time.Time) (renamed []core.RuleResult) {
 	if m == HeadersDraft || m == HeadersBoth {
 		rules := ruleResults(res)
@@ -90,16 +91,20 @@ func setHeaders(h http.Header, m HeaderMode, res core.Result, policy string, now
 // the rules as named in the fields.
 func addItems(h http.Header, rules []core.RuleResult, prevPolicy, prevState []string) []core.RuleResult {
 	taken := map[string]bool{}
-	for _, v := range append(append([]string(nil), prevPolicy...), prevState...) {
-		itemNames(v, func(name string) { taken[name] = true })
+	for _, field := range [2][]string{prevPolicy, prevState} {
+		for _, v := range field {
+			itemNames(v, func(name string) { taken[name] = true })
+		}
 	}
 	renamed := make([]core.RuleResult, len(rules))
 	for i, rr := range rules {
 		name := rr.Name
-		for n := 2; taken[string(appendName(nil, name))]; n++ {
+		quoted := string(appendName(nil, name))
+		for n := 2; taken[quoted]; n++ {
 			name = rr.Name + "-" + strconv.Itoa(n)
+			quoted = string(appendName(nil, name))
 		}
-		taken[string(appendName(nil, name))] = true
+		taken[quoted] = true
 		rr.Name = name
 		renamed[i] = rr
 	}
@@ -296,24 +301,20 @@ func ceilUnix(t time.Time) int64 {
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
-// renameRules returns res with its rules named as renamed (from
-// setHeaders, in the same order), the deciding rule's name included.
+// renameRules returns res with its rules named as renamed, setHeaders's
+// copy of them (of the one rule made of res's summary when res has none),
+// the deciding rule's name included.
 func renameRules(res core.Result, renamed []core.RuleResult) core.Result {
 	if len(res.Rules) == 0 {
-		if len(renamed) == 1 {
-			res.Rule = renamed[0].Name
-		}
+		res.Rule = renamed[0].Name
 		return res
 	}
-	rules := make([]core.RuleResult, len(res.Rules))
-	decided := res.Rule
 	for i, rr := range res.Rules {
-		if rr.Name == decided {
+		if rr.Name == res.Rule {
 			res.Rule = renamed[i].Name
+			break
 		}
-		rr.Name = renamed[i].Name
-		rules[i] = rr
 	}
-	res.Rules = rules
+	res.Rules = renamed
 	return res
 }

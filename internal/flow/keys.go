@@ -7,20 +7,9 @@ import (
 	"github.com/sluicehq/sluice/keyfunc"
 )
 
-// RoutePattern returns "<METHOD> <pattern>", the route part of a route key
-// (see Route).
-func RoutePattern(r *http.Request, pattern string) string {
-	return Route(r.Method, pattern)
-}
-
-// NoRoute is the route of requests that match no route: they share one key
-// whatever their method and path (a key error there would report every
-// 404, and a key per method would let a client make up methods for fresh
-// budgets).
-const NoRoute = keyfunc.NoRoute
-
 // Route returns "<METHOD> <pattern>" for a request of method matching
-// pattern, or NoRoute when pattern is empty. The method is counted as
+// pattern, or keyfunc.NoRoute when pattern is empty (requests that match no
+// route share one key whatever their method and path). The method is counted as
 // keyfunc.RouteMethod says: a method other than the nine of RFC 9110 and
 // PATCH becomes "OTHER", so a route that accepts any method (chi's
 // HandleFunc, Gin's and Echo's Any, a ServeMux pattern without a method)
@@ -28,7 +17,7 @@ const NoRoute = keyfunc.NoRoute
 // up.
 func Route(method, pattern string) string {
 	if pattern == "" {
-		return NoRoute
+		return keyfunc.NoRoute
 	}
 	return keyfunc.RouteMethod(method) + " " + pattern
 }
@@ -44,7 +33,7 @@ func Route(method, pattern string) string {
 func SetPattern(r *http.Request, pattern string) (previous string) {
 	previous = r.Pattern
 	if pattern == "" {
-		pattern = NoRoute
+		pattern = keyfunc.NoRoute
 	}
 	r.Pattern = pattern
 	return previous
@@ -77,7 +66,7 @@ func ContextRouteKey(with []keyfunc.Func) func(r *http.Request, pattern string) 
 	}
 	return func(r *http.Request, pattern string) (string, error) {
 		if pattern == "" {
-			pattern = NoRoute
+			pattern = keyfunc.NoRoute
 			if r.Pattern != "" {
 				pattern = r.Pattern
 			}
