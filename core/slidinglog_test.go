@@ -274,13 +274,13 @@ func TestSlidingLogExtremeLimits(t *testing.T) {
 	}
 }
 
-// sliding_window_log.lua names members "<time>:<c+i>", c the events in the
-// window, trusting that "c only grows while the time stays the same". After
-// the clock steps back to a time that already has members, c can be smaller
-// than it was there (a write in between dropped more old events than it
-// added), the new member's name exists already, ZADD adds nothing, and the
-// event is not recorded: Redis admits where its twin (and the limit) denies,
-// and every further request at that instant (a whole batch) is admitted too.
+// A regression guard: the log once named its members "<time>:<c+i>", c the
+// events in the window, trusting that c only grows while the time stays
+// the same. After the clock stepped back to a time that already had
+// members, c could be smaller than it was there, the new member's name
+// existed already, ZADD added nothing, and the event was not recorded:
+// Redis admitted where its twin (and the limit) denied. Members are now
+// numbered by the running total of admitted events, which never repeats.
 func TestSlidingLogClockStepBack(t *testing.T) {
 	clk, lim, twin := withTwin(t, Rule{Name: "log", Algorithm: SlidingWindowLog, Limit: PerSecond(3)})
 	ctx := context.Background()
@@ -300,11 +300,11 @@ func TestSlidingLogClockStepBack(t *testing.T) {
 	}
 	step(T.Add(-20*time.Microsecond), "T-20µs")
 	step(T.Add(-10*time.Microsecond), "T-10µs")
-	step(T, "T") // member "T:2"
+	step(T, "T")
 	// Later: the two oldest have left; one more event.
 	step(T.Add(-10*time.Microsecond+time.Second), "T-10µs+1s")
-	// The clock steps back to T: the window holds "T:2" and the later event,
-	// so c = 2, and the new member is "T:2" again.
+	// The clock steps back to T: the window holds T's event and the later
+	// one, where the old naming made T's member name again.
 	for i := 0; i < 3; i++ {
 		got, want := step(T, "T again")
 		if got.Allowed != want.Allowed || got.Remaining != want.Remaining {

@@ -19,14 +19,19 @@ import (
 // servers are the examples that serve HTTP; jobs is run to completion.
 var servers = []string{"nethttp", "gin", "chi", "echo"}
 
+// goBin returns the go command: the one on PATH, or the toolchain's own.
+func goBin() string {
+	if gobin, err := exec.LookPath("go"); err == nil {
+		return gobin
+	}
+	return filepath.Join(runtime.GOROOT(), "bin", "go")
+}
+
 // build compiles every example into a temporary directory, in one go
 // command, and returns the directory.
 func build(t *testing.T) string {
 	t.Helper()
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
+	gobin := goBin()
 	dir := t.TempDir()
 	args := []string{"build", "-o", dir + string(filepath.Separator)}
 	for _, name := range append(servers, "jobs") {

@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 )
@@ -81,10 +80,7 @@ func TestReadmeSnippetsCompile(t *testing.T) {
 		write(t, filepath.Join(dir, fmt.Sprintf("program%d", i), "main.go"), p)
 	}
 
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
+	gobin := goBin()
 	pkgs := []string{"./" + filepath.ToSlash(filepath.Join(dir, "snippets"))}
 	for i := range programs {
 		pkgs = append(pkgs, "./"+filepath.ToSlash(filepath.Join(dir, fmt.Sprintf("program%d", i))))

@@ -29,31 +29,26 @@ func TestRoute(t *testing.T) {
 			t.Errorf("%s %s: got %q, %v; want %q", tc.method, tc.path, got, gotErr, tc.want)
 		}
 	}
-	withPattern := func(method, pattern string) *http.Request {
-		r := newRequest("203.0.113.7:1")
-		r.Method, r.Pattern = method, pattern
-		return r
-	}
 	long := "/" + strings.Repeat("a", 60)
 	runKeyCases(t, Route(), []keyCase{
 		{name: "outside the mux", req: newRequest("203.0.113.7:1"), wantErr: ErrNoKey},
 		// Patterns as the router adapters set them: no method.
-		{name: "gin pattern", req: withPattern("GET", "/users/:id"), wantKey: "route:GET /users/:id"},
-		{name: "path with a space", req: withPattern("GET", "/a b/:id"), wantKey: "route:GET /a b/:id"},
-		{name: "no route", req: withPattern("GET", NoRoute), wantKey: "route:(no route)"},
-		{name: "no route, any method", req: withPattern("XYZ", NoRoute), wantKey: "route:(no route)"},
-		{name: "long pattern is hashed", req: withPattern("GET", long), wantKey: "route#" + sha16("GET "+long)},
-		{name: "long ServeMux pattern is hashed", req: withPattern("GET", "GET "+long), wantKey: "route#" + sha16("GET "+long)},
-		{name: "non-ASCII pattern is hashed", req: withPattern("GET", "/caf\u00e9"), wantKey: "route#" + sha16("GET /caf\u00e9")},
+		{name: "gin pattern", req: routed("GET", "/users/:id"), wantKey: "route:GET /users/:id"},
+		{name: "path with a space", req: routed("GET", "/a b/:id"), wantKey: "route:GET /a b/:id"},
+		{name: "no route", req: routed("GET", NoRoute), wantKey: "route:(no route)"},
+		{name: "no route, any method", req: routed("XYZ", NoRoute), wantKey: "route:(no route)"},
+		{name: "long pattern is hashed", req: routed("GET", long), wantKey: "route#" + sha16("GET "+long)},
+		{name: "long ServeMux pattern is hashed", req: routed("GET", "GET "+long), wantKey: "route#" + sha16("GET "+long)},
+		{name: "non-ASCII pattern is hashed", req: routed("GET", "/caf\u00e9"), wantKey: "route#" + sha16("GET /caf\u00e9")},
 	})
 	// The key of a pattern with its method and of the same route without
 	// one, under the request of that method, is the key RouteFrom makes of
 	// "<METHOD> <pattern>" (the router adapters' RouteKey).
 	viaFrom := RouteFrom(func(r *http.Request) string { return RouteMethod(r.Method) + " " + r.Pattern })
 	for _, p := range []string{"/users/{id}", long, "/caf\u00e9"} {
-		a, _ := Route()(withPattern("PUT", p))
-		b, _ := viaFrom(withPattern("PUT", p))
-		c, _ := Route()(withPattern("GET", "PUT "+p))
+		a, _ := Route()(routed("PUT", p))
+		b, _ := viaFrom(routed("PUT", p))
+		c, _ := Route()(routed("GET", "PUT "+p))
 		if a != b || a != c {
 			t.Errorf("%q: Route %q, RouteFrom %q, Route with the method in the pattern %q", p, a, b, c)
 		}

@@ -230,10 +230,3 @@ func (p *Proxy) HangOpen() int {
 	}
 	return n
 }
-
-// Conns returns how many connections the proxy has accepted so far.
-func (p *Proxy) Conns() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.conns)
-}
