@@ -47,7 +47,7 @@ func TestMiddleware(t *testing.T) {
 		WithHeaders: chilimit.WithHeaders, WithFailClosed: chilimit.WithFailClosed,
 		WithFailureMode: chilimit.WithFailureMode, WithShadow: chilimit.WithShadow, WithLimiterOptions: chilimit.WithLimiterOptions,
 		WithErrorHandler: chilimit.WithErrorHandler, WithTimeout: chilimit.WithTimeout,
-		WithMaxDelay: chilimit.WithMaxDelay, WithLimiterFunc: chilimit.WithLimiterFunc,
+		WithMaxHold: chilimit.WithMaxHold, WithDenyCache: chilimit.WithDenyCache, WithLimiterFunc: chilimit.WithLimiterFunc,
 		WithPrefix: chilimit.WithPrefix,
 
 		UserKey: chilimit.WithKey(keyfunc.User()),

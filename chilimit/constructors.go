@@ -41,7 +41,7 @@ func SlidingWindowCounter(client redis.UniversalClient, limit core.Limit, opts .
 // LeakyBucket limits with core.LeakyBucket:
 // a queue: each admitted request waits its turn (Result.Delay) to drain at Rate.
 // The middleware holds an admitted request for its Delay, at most
-// WithMaxDelay and no longer than the request's context lives, before the
+// WithMaxHold and no longer than the request's context lives, before the
 // next handler runs.
 //
 // It panics at construction when limit is invalid, with a message naming

@@ -39,7 +39,7 @@ func TestMiddleware(t *testing.T) {
 		WithHeaders: echolimit.WithHeaders, WithFailClosed: echolimit.WithFailClosed,
 		WithFailureMode: echolimit.WithFailureMode, WithShadow: echolimit.WithShadow, WithLimiterOptions: echolimit.WithLimiterOptions,
 		WithErrorHandler: echolimit.WithErrorHandler, WithTimeout: echolimit.WithTimeout,
-		WithMaxDelay: echolimit.WithMaxDelay, WithLimiterFunc: echolimit.WithLimiterFunc,
+		WithMaxHold: echolimit.WithMaxHold, WithDenyCache: echolimit.WithDenyCache, WithLimiterFunc: echolimit.WithLimiterFunc,
 		WithPrefix: echolimit.WithPrefix,
 
 		UserKey: echolimit.WithEchoKey(echolimit.UserKey("user")),

@@ -40,7 +40,7 @@ func TestMiddleware(t *testing.T) {
 		WithHeaders: ginlimit.WithHeaders, WithFailClosed: ginlimit.WithFailClosed,
 		WithFailureMode: ginlimit.WithFailureMode, WithShadow: ginlimit.WithShadow, WithLimiterOptions: ginlimit.WithLimiterOptions,
 		WithErrorHandler: ginlimit.WithErrorHandler, WithTimeout: ginlimit.WithTimeout,
-		WithMaxDelay: ginlimit.WithMaxDelay, WithLimiterFunc: ginlimit.WithLimiterFunc,
+		WithMaxHold: ginlimit.WithMaxHold, WithDenyCache: ginlimit.WithDenyCache, WithLimiterFunc: ginlimit.WithLimiterFunc,
 		WithPrefix: ginlimit.WithPrefix,
 
 		UserKey: ginlimit.WithGinKey(ginlimit.UserKey("user")),

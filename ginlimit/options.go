@@ -19,11 +19,8 @@ type Option func(*flow.Config)
 const (
 	// DefaultTimeout is the decision timeout (see WithTimeout): core's.
 	DefaultTimeout = flow.DefaultTimeout
-	// DefaultMaxDelay bounds how long a LeakyBucket request is held (see WithMaxDelay).
-	DefaultMaxDelay = flow.DefaultMaxDelay
-	// DefaultDenyCache is how many denied keys a constructor's limiter
-	// remembers (see WithDenyCache).
-	DefaultDenyCache = flow.DefaultDenyCache
+	// DefaultMaxHold bounds how long a LeakyBucket request is held (see WithMaxHold).
+	DefaultMaxHold = flow.DefaultMaxHold
 )
 
 // ErrKey is wrapped by the error reported to the error handler when the key
@@ -114,24 +111,21 @@ func WithFailClosed() Option { return flow.WithFailClosed() }
 // headers (a built limiter cannot be given a twin afterwards).
 func WithFailureMode(m core.FailureMode) Option { return flow.WithFailureMode(m) }
 
-// WithDenyCache sets how many denied keys the limiter an algorithm
-// constructor builds remembers (default DefaultDenyCache; 0 turns it off).
-// Once Redis denies a client with Retry-After d, that client's further
-// requests are denied in-process until d has passed, with the same headers
-// counting down, so a client hammering far above its limit costs Redis one
-// script per d instead of one per request (see core.WithDenyCache).
+// WithDenyCache lets the limiter an algorithm constructor builds answer
+// repeated denials itself: it is core.WithDenyCache, default included (0,
+// no cache). Once Redis denies a client with Retry-After d, that client's
+// further requests are denied in-process until d has passed, with the same
+// headers counting down, so a client hammering far above its limit costs
+// Redis one script per d instead of one per request. size bounds the keys
+// remembered; a negative size panics at construction.
 //
-// It is on by default because a flood on one key is exactly when Redis
-// needs sparing, and the cached answer is the one Redis would give: nothing
-// but a Reset makes a denied request admissible sooner. A Reset clears only
-// the cache of the Limiter it is called on: to unblock clients, build the
-// limiter with core, give it to New and reset through it (other instances
-// still deny until their Retry-After has passed). Turn the cache off if a
-// reset must take effect everywhere at once.
+// Turn it on for endpoints that take floods. The cached answer is the one
+// Redis would give, except after a Reset made through another limiter (an
+// admin endpoint on another instance, an operator's tool): this instance
+// goes on denying until d has passed. That is why it is off by default.
 //
 // It configures the limiter an algorithm constructor builds: New panics
-// when given it (the limiter given to New caches denials only when it was
-// built with core.WithDenyCache; core's default is no cache).
+// when given it (build the limiter given to New with core.WithDenyCache).
 func WithDenyCache(size int) Option { return flow.WithDenyCache(size) }
 
 // WithShadow decides, counts and reports, but never denies: for rolling out
@@ -178,15 +172,22 @@ func WithErrorHandler(f func(r *http.Request, err error)) Option { return flow.W
 // core.WithTimeout; core's default is the same).
 func WithTimeout(d time.Duration) Option { return flow.WithTimeout(d) }
 
-// WithMaxDelay bounds how long a LeakyBucket request is held before it
-// proceeds (default DefaultMaxDelay, 5s). A request that would wait longer
-// is denied (429) and takes no place in the bucket: the algorithm
-// constructors build their limiter with core.WithMaxDelay(d), so Redis
-// decides it. (A limiter given to New without core.WithMaxDelay is checked
-// after the decision, when the place is already taken; Retry-After then
-// accounts for it.) d <= 0 holds no request. The request context bounds the
-// hold too: a client that goes away is not served.
-func WithMaxDelay(d time.Duration) Option { return flow.WithMaxDelay(d) }
+// WithMaxHold bounds how long the middleware holds a LeakyBucket request
+// before it proceeds (default DefaultMaxHold, 5s); d <= 0 holds none. The
+// request context bounds the hold too: a client that goes away is not
+// served. A request that would be held longer is denied (429):
+//
+//   - the algorithm constructors build their limiter with
+//     core.WithMaxDelay(d), so Redis denies it and it takes no place in the
+//     bucket;
+//   - a limiter given to New keeps its own core.WithMaxDelay (none by
+//     default), and the middleware denies a longer hold after the
+//     decision, when the place is already taken (Retry-After accounts for
+//     it): build LeakyBucket limiters for New with core.WithMaxDelay.
+//
+// It is named for what the HTTP layer does; core.WithMaxDelay is the
+// limiter's bound, which has no default.
+func WithMaxHold(d time.Duration) Option { return flow.WithMaxHold(d) }
 
 // WithLimiterFunc chooses the limiter of each request, for example by plan
 // tier. When f returns nil the limiter given to the constructor is used;

@@ -32,7 +32,7 @@
 //  3. decides in Redis, with the cost of WithCost, within WithTimeout;
 //  4. sets the rate-limit headers (below) on the response;
 //  5. calls the next handler, after holding the request for its delay under
-//     LeakyBucket (at most WithMaxDelay, and only while the client waits;
+//     LeakyBucket (at most WithMaxHold, and only while the client waits;
 //     a longer delay is a denial), or answers 429 Too Many Requests with
 //     Retry-After (WithDenyHandler, WithProblemDetails);
 //  6. when Redis fails or is too slow, fails open by default: it serves the

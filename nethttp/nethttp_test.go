@@ -63,7 +63,7 @@ func TestMiddleware(t *testing.T) {
 		WithHeaders: nethttp.WithHeaders, WithFailClosed: nethttp.WithFailClosed,
 		WithFailureMode: nethttp.WithFailureMode, WithShadow: nethttp.WithShadow, WithLimiterOptions: nethttp.WithLimiterOptions,
 		WithErrorHandler: nethttp.WithErrorHandler, WithTimeout: nethttp.WithTimeout,
-		WithMaxDelay: nethttp.WithMaxDelay, WithLimiterFunc: nethttp.WithLimiterFunc,
+		WithMaxHold: nethttp.WithMaxHold, WithDenyCache: nethttp.WithDenyCache, WithLimiterFunc: nethttp.WithLimiterFunc,
 		WithPrefix: nethttp.WithPrefix,
 
 		UserKey: nethttp.WithKey(keyfunc.User()),

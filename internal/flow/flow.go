@@ -54,7 +54,7 @@ type Config struct {
 	LimiterOptions []core.Option
 	OnError        func(*http.Request, error)
 	Timeout        time.Duration
-	MaxDelay       time.Duration
+	MaxHold        time.Duration
 	LimiterFor     func(*http.Request) *core.Limiter
 	KeyErrorReject bool
 	// Prefix is passed to core.WithPrefix by the algorithm constructors.
@@ -123,12 +123,11 @@ func (f *Flow) policy(res core.Result) string {
 func New[O ~func(*Config)](l *core.Limiter, opts []O) *Flow {
 	peer := keyfunc.RemoteIP()
 	f := &Flow{limiter: l, peer: peer, cfg: Config{
-		Key:       func(r *http.Request, _ any) (string, error) { return peer(r) },
-		Deny:      DenyPlain,
-		Timeout:   defaultTimeout,
-		MaxDelay:  DefaultMaxDelay,
-		DenyCache: DefaultDenyCache,
-		Sleep:     sleep,
+		Key:     func(r *http.Request, _ any) (string, error) { return peer(r) },
+		Deny:    DenyPlain,
+		Timeout: defaultTimeout,
+		MaxHold: DefaultMaxHold,
+		Sleep:   sleep,
 	}}
 	f.errors.now = time.Now
 	f.cfg.OnError = f.errors.log
@@ -169,7 +168,7 @@ func Must[O ~func(*Config)](where string, client redis.UniversalClient, alg core
 	copts := []core.Option{
 		core.WithTimeout(c.Timeout),
 		core.WithFailureMode(c.FailureMode),
-		core.WithMaxDelay(c.MaxDelay),
+		core.WithMaxDelay(c.MaxHold),
 		core.WithDenyCache(c.DenyCache),
 	}
 	if c.Prefix != "" {
@@ -262,8 +261,8 @@ func (f *Flow) Admit(w http.ResponseWriter, r *http.Request, rc any) bool {
 		}
 		c.OnError(r, err)
 	}
-	if res.Allowed && res.Delay > c.MaxDelay {
-		res = overDelay(res, c.MaxDelay)
+	if res.Allowed && res.Delay > c.MaxHold {
+		res = overDelay(res, c.MaxHold)
 	}
 	if res.ShadowDenied {
 		// A limiter built with core.WithShadow: served, and, as in this

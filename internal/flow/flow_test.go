@@ -197,8 +197,8 @@ func TestRouteMethods(t *testing.T) {
 // means no bound of the limiter's own, as core.WithTimeout(-1) does.
 func TestNewNeverPanics(t *testing.T) {
 	f := New[Option](nil, []Option{nil, WithKey(nil), WithDenyHandler(nil), WithErrorHandler(nil),
-		WithContextKey(nil), WithTimeout(-1), WithMaxDelay(-1), WithCost(nil), WithSkip(nil)})
-	if f.cfg.Timeout != -1 || f.cfg.MaxDelay != 0 || f.cfg.Key == nil || f.cfg.Deny == nil || f.cfg.OnError == nil {
+		WithContextKey(nil), WithTimeout(-1), WithMaxHold(-1), WithCost(nil), WithSkip(nil)})
+	if f.cfg.Timeout != -1 || f.cfg.MaxHold != 0 || f.cfg.Key == nil || f.cfg.Deny == nil || f.cfg.OnError == nil {
 		t.Errorf("config %+v", f.cfg)
 	}
 	rec := httptest.NewRecorder()

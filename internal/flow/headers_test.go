@@ -76,7 +76,7 @@ func TestRemainingWithinQuota(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			f := New(lim, []Option{WithMaxDelay(time.Hour)})
+			f := New(lim, []Option{WithMaxHold(time.Hour)})
 			f.cfg.Sleep = func(context.Context, time.Duration) error { return nil }
 			key := string(alg) + "-" + strconv.Itoa(i)
 			for step := range c.q + 2 {

@@ -19,11 +19,8 @@ import (
 const (
 	// DefaultTimeout is the decision timeout (see WithTimeout): core's.
 	DefaultTimeout = core.DefaultTimeout
-	// DefaultMaxDelay bounds how long a LeakyBucket request is held (see WithMaxDelay).
-	DefaultMaxDelay = 5 * time.Second
-	// DefaultDenyCache is how many denied keys a constructor's limiter
-	// remembers (see WithDenyCache).
-	DefaultDenyCache = 10000
+	// DefaultMaxHold bounds how long a LeakyBucket request is held (see WithMaxHold).
+	DefaultMaxHold = 5 * time.Second
 )
 
 // ErrKey is wrapped by the error reported to the error handler when the key
@@ -126,26 +123,23 @@ func WithFailClosed() Option { return WithFailureMode(core.FailClosed) }
 // headers (a built limiter cannot be given a twin afterwards).
 func WithFailureMode(m core.FailureMode) Option { return func(c *Config) { c.FailureMode = m } }
 
-// WithDenyCache sets how many denied keys the limiter an algorithm
-// constructor builds remembers (default DefaultDenyCache; 0 turns it off).
-// Once Redis denies a client with Retry-After d, that client's further
-// requests are denied in-process until d has passed, with the same headers
-// counting down, so a client hammering far above its limit costs Redis one
-// script per d instead of one per request (see core.WithDenyCache).
+// WithDenyCache lets the limiter an algorithm constructor builds answer
+// repeated denials itself: it is core.WithDenyCache, default included (0,
+// no cache). Once Redis denies a client with Retry-After d, that client's
+// further requests are denied in-process until d has passed, with the same
+// headers counting down, so a client hammering far above its limit costs
+// Redis one script per d instead of one per request. size bounds the keys
+// remembered; a negative size panics at construction.
 //
-// It is on by default because a flood on one key is exactly when Redis
-// needs sparing, and the cached answer is the one Redis would give: nothing
-// but a Reset makes a denied request admissible sooner. A Reset clears only
-// the cache of the Limiter it is called on: to unblock clients, build the
-// limiter with core, give it to New and reset through it (other instances
-// still deny until their Retry-After has passed). Turn the cache off if a
-// reset must take effect everywhere at once.
+// Turn it on for endpoints that take floods. The cached answer is the one
+// Redis would give, except after a Reset made through another limiter (an
+// admin endpoint on another instance, an operator's tool): this instance
+// goes on denying until d has passed. That is why it is off by default.
 //
 // It configures the limiter an algorithm constructor builds: New panics
-// when given it (the limiter given to New caches denials only when it was
-// built with core.WithDenyCache; core's default is no cache).
+// when given it (build the limiter given to New with core.WithDenyCache).
 func WithDenyCache(size int) Option {
-	return func(c *Config) { c.DenyCache = max(size, 0); c.limiterOnly("WithDenyCache", "core.WithDenyCache") }
+	return func(c *Config) { c.DenyCache = size; c.limiterOnly("WithDenyCache", "core.WithDenyCache") }
 }
 
 // WithShadow decides, counts and reports, but never denies: for rolling out
@@ -205,16 +199,23 @@ func WithTimeout(d time.Duration) Option {
 	return func(c *Config) { c.Timeout = d; c.limiterOnly("WithTimeout", "core.WithTimeout") }
 }
 
-// WithMaxDelay bounds how long a LeakyBucket request is held before it
-// proceeds (default DefaultMaxDelay, 5s). A request that would wait longer
-// is denied (429) and takes no place in the bucket: the algorithm
-// constructors build their limiter with core.WithMaxDelay(d), so Redis
-// decides it. (A limiter given to New without core.WithMaxDelay is checked
-// after the decision, when the place is already taken; Retry-After then
-// accounts for it.) d <= 0 holds no request. The request context bounds the
-// hold too: a client that goes away is not served.
-func WithMaxDelay(d time.Duration) Option {
-	return func(c *Config) { c.MaxDelay = max(d, 0) }
+// WithMaxHold bounds how long the middleware holds a LeakyBucket request
+// before it proceeds (default DefaultMaxHold, 5s); d <= 0 holds none. The
+// request context bounds the hold too: a client that goes away is not
+// served. A request that would be held longer is denied (429):
+//
+//   - the algorithm constructors build their limiter with
+//     core.WithMaxDelay(d), so Redis denies it and it takes no place in the
+//     bucket;
+//   - a limiter given to New keeps its own core.WithMaxDelay (none by
+//     default), and the middleware denies a longer hold after the
+//     decision, when the place is already taken (Retry-After accounts for
+//     it): build LeakyBucket limiters for New with core.WithMaxDelay.
+//
+// It is named for what the HTTP layer does; core.WithMaxDelay is the
+// limiter's bound, which has no default.
+func WithMaxHold(d time.Duration) Option {
+	return func(c *Config) { c.MaxHold = max(d, 0) }
 }
 
 // WithLimiterFunc chooses the limiter of each request, for example by plan

@@ -28,7 +28,7 @@ var constructorsTemplate = template.Must(template.New("constructors").Parse(`
 // {{.Name}} limits with core.{{.Name}}:
 // {{.What}}.{{if .Shapes}}
 // The middleware holds an admitted request for its Delay, at most
-// WithMaxDelay and no longer than the request's context lives, before the
+// WithMaxHold and no longer than the request's context lives, before the
 // next handler runs.{{end}}
 //
 // It panics at construction when limit is invalid, with a message naming

@@ -53,7 +53,8 @@ type Adapter[O ~func(*flow.Config), M any] struct {
 	WithLimiterOptions func(...core.Option) O
 	WithErrorHandler   func(func(*http.Request, error)) O
 	WithTimeout        func(time.Duration) O
-	WithMaxDelay       func(time.Duration) O
+	WithMaxHold        func(time.Duration) O
+	WithDenyCache      func(int) O
 	WithLimiterFunc    func(func(*http.Request) *core.Limiter) O
 	WithPrefix         func(string) O
 
@@ -289,7 +290,7 @@ func cases[O ~func(*flow.Config), M any](t *testing.T, a Adapter[O, M], rdb *red
 	for _, alg := range algs {
 		noSleep := O(func(c *flow.Config) { c.Sleep = func(context.Context, time.Duration) error { return nil } })
 		// Per hour, so that no fixed-window edge falls inside the test.
-		mw := alg.ctor(rdb, core.PerHour(3), prefix("seq-"+alg.name), noSleep, a.WithMaxDelay(2*time.Hour))
+		mw := alg.ctor(rdb, core.PerHour(3), prefix("seq-"+alg.name), noSleep, a.WithMaxHold(2*time.Hour))
 		steps := statuses("/", 200, 200, 200, 429)
 		for i := range steps {
 			steps[i].check = func(t *testing.T, rec *httptest.ResponseRecorder) {
@@ -696,13 +697,36 @@ func cases[O ~func(*flow.Config), M any](t *testing.T, a Adapter[O, M], rdb *red
 			return nil
 		}
 	})
+	// A name means what it means in core, default included: the
+	// constructors' limiter caches no denial unless asked
+	// (WithDenyCache), so a Reset made through another limiter (another
+	// instance, an operator's tool) takes effect at the next request.
+	add(testCase[M]{
+		name:   "reset-elsewhere",
+		global: []M{a.GCRA(rdb, core.PerHour(1), prefix("reset-elsewhere"))},
+		steps: []step{
+			{path: "/", status: 200},
+			{path: "/", status: 429, check: func(t *testing.T, _ *httptest.ResponseRecorder) {
+				other := mustLimiter(core.New(rdb, core.GCRA, core.PerHour(1), corePrefix("reset-elsewhere"), coreTimeout))
+				defer other.Close()
+				key, err := keyfunc.RemoteIP()(&http.Request{RemoteAddr: Peer})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := other.Reset(context.Background(), key); err != nil {
+					t.Fatal(err)
+				}
+			}},
+			{path: "/", status: 200},
+		},
+	})
 	// One request every 10s, a bound of 15s: the second request waits 10s
 	// (recorded, not slept), the third would wait 20s and is denied, with
 	// 5s to go until its wait fits. The steps have those 5s to run in.
 	add(testCase[M]{
 		name: "leaky-delay",
 		global: []M{a.LeakyBucket(rdb, core.PerMinute(6), prefix("leaky"), record,
-			a.WithMaxDelay(15*time.Second))},
+			a.WithMaxHold(15*time.Second))},
 		steps: []step{
 			{path: "/", status: 200},
 			{path: "/", status: 200},
@@ -723,7 +747,7 @@ func cases[O ~func(*flow.Config), M any](t *testing.T, a Adapter[O, M], rdb *red
 			}
 		},
 	})
-	// A delay past WithMaxDelay is denied by Redis and takes no place in
+	// A delay past WithMaxHold is denied by Redis and takes no place in
 	// the bucket: no later denial's Retry-After is later than the first's
 	// (5s, as above; one that took a place would add 10s).
 	firstRetry := 0
@@ -741,7 +765,7 @@ func cases[O ~func(*flow.Config), M any](t *testing.T, a Adapter[O, M], rdb *red
 	add(testCase[M]{
 		name: "leaky-max-delay-consumes-nothing",
 		global: []M{a.LeakyBucket(rdb, core.PerMinute(6), prefix("leaky-bound"), record,
-			a.WithMaxDelay(15*time.Second))},
+			a.WithMaxHold(15*time.Second))},
 		steps: []step{
 			{path: "/", status: 200},
 			{path: "/", status: 200},
@@ -850,6 +874,9 @@ func construction[O ~func(*flow.Config), M any](t *testing.T, a Adapter[O, M]) {
 		}
 		if msg := panicMessage(func() { ctor(rdb, core.PerSecond(1), a.WithPrefix("a{b}")) }); !strings.Contains(msg, "prefix") {
 			t.Errorf("%s.%s with prefix a{b} panicked with %q", a.Name, name, msg)
+		}
+		if msg := panicMessage(func() { ctor(rdb, core.PerSecond(1), a.WithDenyCache(-1)) }); !strings.Contains(msg, "deny cache of -1 keys") {
+			t.Errorf("%s.%s with WithDenyCache(-1) panicked with %q", a.Name, name, msg)
 		}
 		if msg := panicMessage(func() { ctor(rdb, core.PerSecond(1)) }); msg != "" {
 			t.Errorf("%s.%s(PerSecond(1)) panicked: %s", a.Name, name, msg)
