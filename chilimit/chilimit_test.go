@@ -41,15 +41,6 @@ func TestMiddleware(t *testing.T) {
 		SlidingWindowCounter: chilimit.SlidingWindowCounter, LeakyBucket: chilimit.LeakyBucket,
 		TokenBucket: chilimit.TokenBucket, GCRA: chilimit.GCRA, New: chilimit.New,
 
-		WithKey: chilimit.WithKey, WithKeyErrorReject: chilimit.WithKeyErrorReject,
-		WithCost: chilimit.WithCost, WithSkip: chilimit.WithSkip,
-		WithDenyHandler: chilimit.WithDenyHandler, WithProblemDetails: chilimit.WithProblemDetails,
-		WithHeaders: chilimit.WithHeaders, WithFailClosed: chilimit.WithFailClosed,
-		WithFailureMode: chilimit.WithFailureMode, WithShadow: chilimit.WithShadow, WithLimiterOptions: chilimit.WithLimiterOptions,
-		WithErrorHandler: chilimit.WithErrorHandler, WithTimeout: chilimit.WithTimeout,
-		WithMaxHold: chilimit.WithMaxHold, WithDenyCache: chilimit.WithDenyCache, WithLimiterFunc: chilimit.WithLimiterFunc,
-		WithPrefix: chilimit.WithPrefix,
-
 		UserKey: chilimit.WithKey(keyfunc.User()),
 		RouteKey: func(with ...keyfunc.Func) chilimit.Option {
 			return chilimit.WithKey(chilimit.RouteKey(with...))

@@ -33,15 +33,6 @@ func TestMiddleware(t *testing.T) {
 		SlidingWindowCounter: echolimit.SlidingWindowCounter, LeakyBucket: echolimit.LeakyBucket,
 		TokenBucket: echolimit.TokenBucket, GCRA: echolimit.GCRA, New: echolimit.New,
 
-		WithKey: echolimit.WithKey, WithKeyErrorReject: echolimit.WithKeyErrorReject,
-		WithCost: echolimit.WithCost, WithSkip: echolimit.WithSkip,
-		WithDenyHandler: echolimit.WithDenyHandler, WithProblemDetails: echolimit.WithProblemDetails,
-		WithHeaders: echolimit.WithHeaders, WithFailClosed: echolimit.WithFailClosed,
-		WithFailureMode: echolimit.WithFailureMode, WithShadow: echolimit.WithShadow, WithLimiterOptions: echolimit.WithLimiterOptions,
-		WithErrorHandler: echolimit.WithErrorHandler, WithTimeout: echolimit.WithTimeout,
-		WithMaxHold: echolimit.WithMaxHold, WithDenyCache: echolimit.WithDenyCache, WithLimiterFunc: echolimit.WithLimiterFunc,
-		WithPrefix: echolimit.WithPrefix,
-
 		UserKey: echolimit.WithEchoKey(echolimit.UserKey("user")),
 		RouteKey: func(with ...keyfunc.Func) echolimit.Option {
 			return echolimit.WithEchoKey(echolimit.RouteKey(with...))

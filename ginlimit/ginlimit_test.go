@@ -34,15 +34,6 @@ func TestMiddleware(t *testing.T) {
 		SlidingWindowCounter: ginlimit.SlidingWindowCounter, LeakyBucket: ginlimit.LeakyBucket,
 		TokenBucket: ginlimit.TokenBucket, GCRA: ginlimit.GCRA, New: ginlimit.New,
 
-		WithKey: ginlimit.WithKey, WithKeyErrorReject: ginlimit.WithKeyErrorReject,
-		WithCost: ginlimit.WithCost, WithSkip: ginlimit.WithSkip,
-		WithDenyHandler: ginlimit.WithDenyHandler, WithProblemDetails: ginlimit.WithProblemDetails,
-		WithHeaders: ginlimit.WithHeaders, WithFailClosed: ginlimit.WithFailClosed,
-		WithFailureMode: ginlimit.WithFailureMode, WithShadow: ginlimit.WithShadow, WithLimiterOptions: ginlimit.WithLimiterOptions,
-		WithErrorHandler: ginlimit.WithErrorHandler, WithTimeout: ginlimit.WithTimeout,
-		WithMaxHold: ginlimit.WithMaxHold, WithDenyCache: ginlimit.WithDenyCache, WithLimiterFunc: ginlimit.WithLimiterFunc,
-		WithPrefix: ginlimit.WithPrefix,
-
 		UserKey: ginlimit.WithGinKey(ginlimit.UserKey("user")),
 		RouteKey: func(with ...keyfunc.Func) ginlimit.Option {
 			return ginlimit.WithGinKey(ginlimit.RouteKey(with...))

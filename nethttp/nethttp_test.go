@@ -57,15 +57,6 @@ func TestMiddleware(t *testing.T) {
 		SlidingWindowCounter: nethttp.SlidingWindowCounter, LeakyBucket: nethttp.LeakyBucket,
 		TokenBucket: nethttp.TokenBucket, GCRA: nethttp.GCRA, New: nethttp.New,
 
-		WithKey: nethttp.WithKey, WithKeyErrorReject: nethttp.WithKeyErrorReject,
-		WithCost: nethttp.WithCost, WithSkip: nethttp.WithSkip,
-		WithDenyHandler: nethttp.WithDenyHandler, WithProblemDetails: nethttp.WithProblemDetails,
-		WithHeaders: nethttp.WithHeaders, WithFailClosed: nethttp.WithFailClosed,
-		WithFailureMode: nethttp.WithFailureMode, WithShadow: nethttp.WithShadow, WithLimiterOptions: nethttp.WithLimiterOptions,
-		WithErrorHandler: nethttp.WithErrorHandler, WithTimeout: nethttp.WithTimeout,
-		WithMaxHold: nethttp.WithMaxHold, WithDenyCache: nethttp.WithDenyCache, WithLimiterFunc: nethttp.WithLimiterFunc,
-		WithPrefix: nethttp.WithPrefix,
-
 		UserKey: nethttp.WithKey(keyfunc.User()),
 		RouteKey: func(with ...keyfunc.Func) nethttp.Option {
 			return nethttp.WithKey(nethttp.RouteKey(patterns, with...))

@@ -40,24 +40,6 @@ type Adapter[O ~func(*flow.Config), M any] struct {
 	LeakyBucket, TokenBucket, GCRA func(redis.UniversalClient, core.Limit, ...O) M
 	New func(*core.Limiter, ...O) M
 
-	WithKey            func(keyfunc.Func) O
-	WithKeyErrorReject func() O
-	WithCost           func(func(*http.Request) int) O
-	WithSkip           func(func(*http.Request) bool) O
-	WithDenyHandler    func(func(http.ResponseWriter, *http.Request, core.Result)) O
-	WithProblemDetails func() O
-	WithHeaders        func(flow.HeaderMode) O
-	WithFailClosed     func() O
-	WithFailureMode    func(core.FailureMode) O
-	WithShadow         func() O
-	WithLimiterOptions func(...core.Option) O
-	WithErrorHandler   func(func(*http.Request, error)) O
-	WithTimeout        func(time.Duration) O
-	WithMaxHold        func(time.Duration) O
-	WithDenyCache      func(int) O
-	WithLimiterFunc    func(func(*http.Request) *core.Limiter) O
-	WithPrefix         func(string) O
-
 	// UserKey keys by the user that the test server's authentication
 	// middleware stored, the router's native way.
 	UserKey O
@@ -80,6 +62,67 @@ type Adapter[O ~func(*flow.Config), M any] struct {
 	// the Global middlewares run for every route.
 	Server func(global, route []M) http.Handler
 }
+
+// The options of every adapter are generated from flow's (adaptergen), one
+// forwarding line each, checked by TestGeneratedFilesUpToDate: the cases
+// take them from flow, converted to the adapter's Option type.
+
+// WithKey is flow.WithKey, as the adapter's Option.
+func (Adapter[O, M]) WithKey(x keyfunc.Func) O { return O(flow.WithKey(x)) }
+
+// WithKeyErrorReject is flow.WithKeyErrorReject, as the adapter's Option.
+func (Adapter[O, M]) WithKeyErrorReject() O { return O(flow.WithKeyErrorReject()) }
+
+// WithCost is flow.WithCost, as the adapter's Option.
+func (Adapter[O, M]) WithCost(x func(*http.Request) int) O { return O(flow.WithCost(x)) }
+
+// WithSkip is flow.WithSkip, as the adapter's Option.
+func (Adapter[O, M]) WithSkip(x func(*http.Request) bool) O { return O(flow.WithSkip(x)) }
+
+// WithDenyHandler is flow.WithDenyHandler, as the adapter's Option.
+func (Adapter[O, M]) WithDenyHandler(x func(http.ResponseWriter, *http.Request, core.Result)) O {
+	return O(flow.WithDenyHandler(x))
+}
+
+// WithProblemDetails is flow.WithProblemDetails, as the adapter's Option.
+func (Adapter[O, M]) WithProblemDetails() O { return O(flow.WithProblemDetails()) }
+
+// WithHeaders is flow.WithHeaders, as the adapter's Option.
+func (Adapter[O, M]) WithHeaders(x flow.HeaderMode) O { return O(flow.WithHeaders(x)) }
+
+// WithFailClosed is flow.WithFailClosed, as the adapter's Option.
+func (Adapter[O, M]) WithFailClosed() O { return O(flow.WithFailClosed()) }
+
+// WithFailureMode is flow.WithFailureMode, as the adapter's Option.
+func (Adapter[O, M]) WithFailureMode(x core.FailureMode) O { return O(flow.WithFailureMode(x)) }
+
+// WithShadow is flow.WithShadow, as the adapter's Option.
+func (Adapter[O, M]) WithShadow() O { return O(flow.WithShadow()) }
+
+// WithLimiterOptions is flow.WithLimiterOptions, as the adapter's Option.
+func (Adapter[O, M]) WithLimiterOptions(x ...core.Option) O { return O(flow.WithLimiterOptions(x...)) }
+
+// WithErrorHandler is flow.WithErrorHandler, as the adapter's Option.
+func (Adapter[O, M]) WithErrorHandler(x func(*http.Request, error)) O {
+	return O(flow.WithErrorHandler(x))
+}
+
+// WithTimeout is flow.WithTimeout, as the adapter's Option.
+func (Adapter[O, M]) WithTimeout(x time.Duration) O { return O(flow.WithTimeout(x)) }
+
+// WithMaxHold is flow.WithMaxHold, as the adapter's Option.
+func (Adapter[O, M]) WithMaxHold(x time.Duration) O { return O(flow.WithMaxHold(x)) }
+
+// WithDenyCache is flow.WithDenyCache, as the adapter's Option.
+func (Adapter[O, M]) WithDenyCache(x int) O { return O(flow.WithDenyCache(x)) }
+
+// WithLimiterFunc is flow.WithLimiterFunc, as the adapter's Option.
+func (Adapter[O, M]) WithLimiterFunc(x func(*http.Request) *core.Limiter) O {
+	return O(flow.WithLimiterFunc(x))
+}
+
+// WithPrefix is flow.WithPrefix, as the adapter's Option.
+func (Adapter[O, M]) WithPrefix(x string) O { return O(flow.WithPrefix(x)) }
 
 // Timeout bounds decisions on the test Redis: generous, so that a busy
 // machine does not turn a slow answer into a failure. Tests of the
