@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -63,9 +64,13 @@ type batcher struct {
 	flushers  int // flushers running at once, not counting stalled sends (see newBatcher)
 	stalls    int // stalled sends that may be out at once beyond flushers (see room)
 	maxBatch  int
-	execLimit time.Duration // bound of one pipeline's context
-	inline    bool          // the client enforces context deadlines
-	grouping  grouping      // which decisions may share a script call
+	execLimit time.Duration        // bound of one pipeline's context
+	inline    bool                 // the client enforces context deadlines
+	grouping  grouping             // which decisions may share a script call
+	cluster   *redis.ClusterClient // the client, when grouping is groupNode
+	// slotsOnly: the cluster's servers refused nodeScriptSrc (Redis
+	// before 7 knows no script flags); decisions then group by slot.
+	slotsOnly atomic.Bool
 	rules     int           // keys per decision
 	ruleArgs  []interface{} // the script arguments every decision shares
 
@@ -88,12 +93,12 @@ type batcher struct {
 }
 
 // grouping says which decisions of a batch may share one script call: a
-// script may only touch keys of one node (of one slot, on a cluster).
+// script may only touch keys of one server.
 type grouping uint8
 
 const (
 	groupAll  grouping = iota // one server (a Client, also with Sentinel): all together
-	groupSlot                 // a ClusterClient: by hash slot
+	groupNode                 // a ClusterClient: by master (by slot on Redis before 7)
 	groupNone                 // a Ring or another client: each alone
 )
 
@@ -105,11 +110,11 @@ func newBatcher(client redis.UniversalClient, rules int, ruleArgs []interface{})
 		stalls: poolSize(client)}
 	b.wake = make(chan bool, b.flushers+b.stalls)
 	b.failed.dials = watchDials(client)
-	switch client.(type) {
+	switch c := client.(type) {
 	case *redis.Client:
 		b.grouping = groupAll
 	case *redis.ClusterClient:
-		b.grouping = groupSlot
+		b.grouping, b.cluster = groupNode, c
 	}
 	return b
 }

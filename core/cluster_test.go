@@ -24,6 +24,7 @@ func TestCluster(t *testing.T) {
 	t.Logf("cluster of 3 masters and 3 replicas ready in %s", time.Since(start).Round(time.Millisecond))
 	t.Run("ManyKeys", func(t *testing.T) { testClusterManyKeys(t, cl) })
 	t.Run("ExactAdmission", func(t *testing.T) { testClusterExactAdmission(t, cl) })
+	t.Run("OneCallPerMaster", func(t *testing.T) { testClusterOneCallPerMaster(t, cl) })
 	t.Run("Failover", func(t *testing.T) { testClusterFailover(t, cl) })
 }
 

@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"strconv"
 )
 
 // appendScriptCall appends to dst the whole command that decides calls in
@@ -9,18 +10,39 @@ import (
 // the number of keys, every call's keys (by pointer: see keyArg), the
 // arguments every decision shares, then each call's own argument unless
 // all consume 1 (see allUnit).
-func appendScriptCall(dst []interface{}, source bool, calls []*call, ruleArgs []interface{}) []interface{} {
-	if source {
-		dst = append(dst, "eval", scriptSrcArg, 0)
-	} else {
-		dst = append(dst, "evalsha", scriptHashArg, 0)
+//
+// With cross, the calls lie in several slots of one Redis Cluster master:
+// the command is nodeScriptSrc's, declaring the first call's keys only
+// (they route it, and a cluster checks that declared keys share a slot),
+// with the other calls' keys at the head of ARGV after their number (see
+// lua/policy.lua).
+func appendScriptCall(dst []interface{}, source, cross bool, calls []*call, ruleArgs []interface{}) []interface{} {
+	hash, src := scriptHashArg, scriptSrcArg
+	if cross {
+		hash, src = nodeHashArg, nodeSrcArg
 	}
-	for _, c := range calls {
+	if source {
+		dst = append(dst, "eval", src, 0)
+	} else {
+		dst = append(dst, "evalsha", hash, 0)
+	}
+	rest := calls
+	if cross {
+		rest = calls[1:]
+		for i := range calls[0].keys {
+			dst = append(dst, &calls[0].keys[i])
+		}
+		dst[2] = len(dst) - 3
+		dst = append(dst, countArg(len(rest)*len(calls[0].keys)))
+	}
+	for _, c := range rest {
 		for i := range c.keys {
 			dst = append(dst, &c.keys[i])
 		}
 	}
-	dst[2] = len(dst) - 3 // the number of keys
+	if !cross {
+		dst[2] = len(dst) - 3 // the number of keys
+	}
 	dst = append(dst, ruleArgs...)
 	if !allUnit(calls) {
 		for _, c := range calls {
@@ -28,6 +50,14 @@ func appendScriptCall(dst []interface{}, source bool, calls []*call, ruleArgs []
 		}
 	}
 	return dst
+}
+
+// countArg returns n as a script argument, boxed once for small n.
+func countArg(n int) interface{} {
+	if n < len(costArgs) {
+		return costArgs[n]
+	}
+	return strconv.Itoa(n)
 }
 
 // allUnit reports whether every call consumes 1, so that the script call

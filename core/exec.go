@@ -16,8 +16,12 @@ type execScratch struct {
 	groups []*scriptGroup // groups[:used] are in use for the current batch
 	used   int
 	bySlot map[int]*scriptGroup
+	byNode []nodeGroup
 	others []redis.Cmder
 	skip   []int64 // the answers of calls nobody waits for, read and dropped
+
+	moved    []*call // requests a master answered as not its own (see answer)
+	movedErr error   // what it said
 }
 
 // group returns an empty group of the current batch.
@@ -28,7 +32,51 @@ func (x *execScratch) group() *scriptGroup {
 	g := x.groups[x.used]
 	x.used++
 	g.calls, g.args, g.cmd, g.source, g.answered = g.calls[:0], g.args[:0], nil, false, false
+	g.byNode, g.cross, g.fresh = false, false, false
 	return g
+}
+
+// nodeGroup is the group of a batch bound for one cluster master.
+type nodeGroup struct {
+	node *redis.Client
+	g    *scriptGroup
+}
+
+// groupOf returns the group of the current batch that c joins.
+func (x *execScratch) groupOf(ctx context.Context, b *batcher, c *call) *scriptGroup {
+	switch {
+	case b.grouping == groupAll:
+		if x.used > 0 {
+			return x.groups[0]
+		}
+	case b.grouping == groupNode && !b.slotsOnly.Load():
+		// By the master that the client's slot map names: the call goes
+		// to that master, and a request whose slot has moved meanwhile is
+		// answered by the script as such and sent again on its own.
+		if node, err := b.cluster.MasterForKey(ctx, slotKeys()[c.slot]); err == nil {
+			for _, n := range x.byNode {
+				if n.node == node {
+					return n.g
+				}
+			}
+			g := x.group()
+			g.byNode = true
+			x.byNode = append(x.byNode, nodeGroup{node, g})
+			return g
+		}
+		fallthrough
+	case b.grouping == groupNode:
+		if x.bySlot == nil {
+			x.bySlot = make(map[int]*scriptGroup)
+		}
+		g := x.bySlot[c.slot]
+		if g == nil {
+			g = x.group()
+			x.bySlot[c.slot] = g
+		}
+		return g
+	}
+	return x.group()
 }
 
 // reset lets go of everything the last batch held.
@@ -40,6 +88,8 @@ func (x *execScratch) reset() {
 	}
 	x.used = 0
 	clear(x.bySlot)
+	clear(x.byNode)
+	x.byNode = x.byNode[:0]
 }
 
 // exec sends one batch and answers every call in it. The decisions of a
@@ -120,22 +170,7 @@ func (b *batcher) exec(x *execScratch, batch []*call) {
 		if c.kind != callScript || !c.stillWaits(now) {
 			continue // expired or given up: never sent
 		}
-		var g *scriptGroup
-		switch {
-		case b.grouping == groupAll && x.used > 0:
-			g = x.groups[0]
-		case b.grouping == groupSlot:
-			if x.bySlot == nil {
-				x.bySlot = make(map[int]*scriptGroup)
-			}
-			if g = x.bySlot[c.slot]; g == nil {
-				g = x.group()
-				x.bySlot[c.slot] = g
-			}
-		}
-		if g == nil {
-			g = x.group()
-		}
+		g := x.groupOf(ctx, b, c)
 		g.calls = append(g.calls, c)
 	}
 	groups := x.groups[:x.used]
@@ -148,23 +183,23 @@ func (b *batcher) exec(x *execScratch, batch []*call) {
 	// The groups already settled are answered before any resend: one
 	// group's refusal (its pauses, its round trips) must not hold answers
 	// that are in hand, on a healthy node, past their callers' deadlines.
-	b.answer(x, groups, true)
-	b.resend(ctx, x, groups)
-	b.answer(x, groups, false)
+	b.answer(ctx, x, true)
+	b.resend(ctx, x)
+	b.answer(ctx, x, false)
 }
 
-// answer claims the calls of groups and writes their answers, then
-// signals them: with settled, only groups that resend would not send again;
-// otherwise every group left. A call the watchdog or its caller claimed
-// first is nobody's to answer any more (its reply is skipped).
-func (b *batcher) answer(x *execScratch, groups []*scriptGroup, settled bool) {
+// answer claims the calls of the batch's groups and writes their answers,
+// then signals them: with settled, only groups that resend would not send
+// again (see sendsAgain); otherwise every group left. A call the watchdog
+// or its caller claimed first is nobody's to answer any more (its reply is
+// skipped). A request that a cluster master answered as not its own (its
+// slot has moved) is not answered: it goes to a group of its own, which
+// resend sends.
+func (b *batcher) answer(ctx context.Context, x *execScratch, settled bool) {
 	n := 0
-	for _, g := range groups {
+	for _, g := range x.groups[:x.used] {
 		g.now = false
-		if g.answered {
-			continue
-		}
-		if err := g.cmd.Err(); settled && (isNoScript(err) || resendable(err, g.alone)) {
+		if g.answered || settled && g.sendsAgain() {
 			continue
 		}
 		g.answered, g.now = true, true
@@ -176,6 +211,14 @@ func (b *batcher) answer(x *execScratch, groups []*scriptGroup, settled bool) {
 			b.failed.clear()
 		}
 		for _, c := range g.calls {
+			if g.cross && err == nil && len(reply) > 0 && reply[0] < 0 {
+				if _, rest, e := parseReply(reply, b.rules, nil); isNotHere(e) && c.state.Load() == callWaiting {
+					reply = rest
+					x.moved = append(x.moved, c)
+					x.movedErr = e
+					continue
+				}
+			}
 			mine := c.claim(callAnswered)
 			switch {
 			case err != nil:
@@ -189,8 +232,13 @@ func (b *batcher) answer(x *execScratch, groups []*scriptGroup, settled bool) {
 			}
 		}
 	}
+	if len(x.moved) > 0 {
+		x.sendAlone(ctx, x.moved, x.movedErr)
+		clear(x.moved)
+		x.moved, x.movedErr = x.moved[:0], nil
+	}
 	left := false // a group still to answer after resend
-	for _, g := range groups {
+	for _, g := range x.groups[:x.used] {
 		left = left || !g.answered
 	}
 	if n == 0 && (settled || x.batch == nil) {
@@ -210,7 +258,7 @@ func (b *batcher) answer(x *execScratch, groups []*scriptGroup, settled bool) {
 		x.batch = nil
 	}
 	b.mu.Unlock()
-	for _, g := range groups {
+	for _, g := range x.groups[:x.used] {
 		if !g.now {
 			continue
 		}
@@ -222,6 +270,16 @@ func (b *batcher) answer(x *execScratch, groups []*scriptGroup, settled bool) {
 	}
 }
 
+// sendsAgain reports whether resend would send g again: it has not been
+// sent yet (fresh), or it failed in a way that cannot have counted.
+func (g *scriptGroup) sendsAgain() bool {
+	if g.fresh {
+		return true
+	}
+	err := g.cmd.Err()
+	return isNoScript(err) || g.cross && noScriptFlags(err) || resendable(err, g.alone)
+}
+
 // scriptGroup is the decisions of a batch that go in one script call.
 type scriptGroup struct {
 	calls  []*call
@@ -230,17 +288,44 @@ type scriptGroup struct {
 	source bool // Redis lost the script: send EVAL with the source
 	again  bool // to be sent again (resend)
 	alone  bool // it went alone in the pipeline of its last send
+	byNode bool // its calls are bound for one cluster master, of any slots
+	cross  bool // its last send was nodeScriptSrc's: its calls lie in several slots
+	fresh  bool // made of calls of another group, for resend to send
 
 	answered bool // its calls have been answered (answer)
 	now      bool // in the current answer pass
 }
 
 // build makes the group's script call of its calls: EVALSHA, or EVAL with
-// the source once Redis has answered NOSCRIPT.
+// the source once Redis has answered NOSCRIPT. A group bound for a cluster
+// master whose calls lie in several slots sends nodeScriptSrc.
 func (g *scriptGroup) build(ctx context.Context, ruleArgs []interface{}) {
+	g.cross = false
+	if g.byNode {
+		for _, c := range g.calls[1:] {
+			if c.slot != g.calls[0].slot {
+				g.cross = true
+				break
+			}
+		}
+	}
 	clear(g.args)
-	g.args = appendScriptCall(g.args[:0], g.source, g.calls, ruleArgs)
+	g.args = appendScriptCall(g.args[:0], g.source, g.cross, g.calls, ruleArgs)
 	g.cmd = redis.NewIntSliceCmd(ctx, g.args...)
+	g.fresh = false
+}
+
+// sendAlone moves calls into groups of their own, for resend to send with
+// their keys declared: go-redis then routes each to the master of its slot
+// and follows MOVED and ASK. Each new group holds err until it is sent.
+func (x *execScratch) sendAlone(ctx context.Context, calls []*call, err error) {
+	for _, c := range calls {
+		g := x.group()
+		g.calls = append(g.calls, c)
+		g.cmd = redis.NewIntSliceCmd(ctx)
+		g.cmd.SetErr(err)
+		g.fresh = true
+	}
 }
 
 // keepWaiting drops from the group the calls whose wait has ended (their
@@ -262,19 +347,37 @@ func (g *scriptGroup) keepWaiting() bool {
 // resend sends again the script calls of groups that failed in a way that
 // cannot have counted (see resendable): with the script's source when Redis
 // had lost it (a restart, SCRIPT FLUSH, a failover to a replica that never
-// saw it), and after a pause otherwise. Each call is sent at most maxSends
-// times, and only the decisions whose callers still wait go again: one
-// whose caller was told it failed is not sent after that (but one whose
-// deadline passes between that check and the write still goes, as with any
-// client). What a round settles is answered at once, not held through
-// the pauses and rounds that other groups still need.
-func (b *batcher) resend(ctx context.Context, x *execScratch, groups []*scriptGroup) {
+// saw it), and after a pause otherwise; and the groups made of requests a
+// cluster master answered as not its own, at once. Each call is sent at
+// most maxSends times, and only the decisions whose callers still wait go
+// again: one whose caller was told it failed is not sent after that (but
+// one whose deadline passes between that check and the write still goes,
+// as with any client). What a round settles is answered at once, not held
+// through the pauses and rounds that other groups still need.
+//
+// A cluster whose masters refuse nodeScriptSrc (Redis before 7 knows no
+// script flags, and its refusal ran nothing) has its limiter group by slot
+// from then on, and the calls of such a group go again one by one.
+func (b *batcher) resend(ctx context.Context, x *execScratch) {
 	for sends := 1; sends < maxSends; sends++ {
+		for _, g := range x.groups[:x.used] {
+			if err := g.cmd.Err(); !g.answered && g.cross && noScriptFlags(err) {
+				b.slotsOnly.Store(true)
+				x.sendAlone(ctx, g.calls[1:], err)
+				clear(g.calls[1:])
+				g.calls = g.calls[:1]
+				g.byNode, g.fresh = false, true
+			}
+		}
 		again, wait := 0, false
-		for _, g := range groups {
+		for _, g := range x.groups[:x.used] {
 			g.again = false
+			if g.answered {
+				continue
+			}
 			refused := false // Redis could not take it: wait a little
 			switch err := g.cmd.Err(); {
+			case g.fresh:
 			case isNoScript(err):
 				g.source = true
 			case resendable(err, g.alone):
@@ -288,15 +391,19 @@ func (b *batcher) resend(ctx context.Context, x *execScratch, groups []*scriptGr
 				g.again = true
 				again++
 				wait = wait || refused
+			} else {
+				g.fresh = false
 			}
 		}
 		if again == 0 || wait && !pause(ctx, sends) {
 			return
 		}
 		var sent []*scriptGroup
-		for _, g := range groups {
+		for _, g := range x.groups[:x.used] {
 			if g.again && g.keepWaiting() {
 				sent = append(sent, g)
+			} else if g.fresh {
+				g.fresh = false // nobody waits: answered with its error
 			}
 		}
 		pipe := b.client.Pipeline()
@@ -306,6 +413,6 @@ func (b *batcher) resend(ctx context.Context, x *execScratch, groups []*scriptGr
 			_ = pipe.Process(ctx, scriptCmd{g.cmd})
 		}
 		_, _ = pipe.Exec(ctx)
-		b.answer(x, groups, true)
+		b.answer(ctx, x, true)
 	}
 }

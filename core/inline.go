@@ -16,7 +16,7 @@ func (b *batcher) sendInline(c *call) (bool, error) {
 	switch c.kind {
 	case callScript:
 		one := [1]*call{c}
-		args := appendScriptCall(c.scratch[:0], false, one[:], b.ruleArgs)
+		args := appendScriptCall(c.scratch[:0], false, false, one[:], b.ruleArgs)
 		var cmd *redis.IntSliceCmd
 		for sends := 1; ; sends++ {
 			cmd = redis.NewIntSliceCmd(ctx, args...)

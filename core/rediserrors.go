@@ -136,3 +136,29 @@ func isRedisReply(err error) bool {
 func isNoScript(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
 }
+
+// isNotHere reports whether err is a cluster master's answer to a request,
+// inside a script of requests of several slots (nodeScriptSrc), whose keys
+// it does not serve: their slot has moved (the client's slot map is
+// stale), is being migrated away, or is being imported. The request has
+// read nothing and written nothing; sent on its own, with its keys
+// declared, it is routed to the master of its slot.
+func isNotHere(err error) bool {
+	if err == nil {
+		return false
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "attempted to access a non local key") ||
+		strings.Contains(msg, "attempted to access a slot not served")
+}
+
+// noScriptFlags reports whether err is the refusal of nodeScriptSrc by a
+// Redis that knows no script flags (before 7): its "#!lua" line does not
+// compile, so nothing ran.
+func noScriptFlags(err error) bool {
+	if err == nil {
+		return false
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "Error compiling script") && strings.Contains(msg, "near '#'")
+}

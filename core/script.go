@@ -49,21 +49,49 @@ func algorithmDispatch() string {
 }
 
 // scriptSrc is the one script every decision runs; see lua/policy.lua.
-var scriptSrc = scriptSource()
+// nodeScriptSrc is the same script for a call whose requests lie in
+// several slots of one Redis Cluster master: it declares the
+// allow-cross-slot-keys flag (Redis 7) and reads the keys beyond the
+// first request's from ARGV.
+var scriptSrc, nodeScriptSrc = scriptSource(false), scriptSource(true)
 
-// policyScript holds its SHA-1 for EVALSHA.
+// policyScript is scriptSrc, with its SHA-1 for EVALSHA.
 var policyScript = redis.NewScript(scriptSrc)
 
 // scriptHashArg and scriptSrcArg are the script's SHA-1 and source as
 // command arguments, boxed once: a string put in an interface at each call
-// would be copied to the heap each time.
-var scriptHashArg, scriptSrcArg interface{} = policyScript.Hash(), scriptSrc
+// would be copied to the heap each time; nodeHashArg and nodeSrcArg those
+// of nodeScriptSrc.
+var (
+	scriptHashArg, scriptSrcArg interface{} = policyScript.Hash(), scriptSrc
+	nodeHashArg, nodeSrcArg     interface{} = redis.NewScript(nodeScriptSrc).Hash(), nodeScriptSrc
+)
 
-func scriptSource() string {
+// keysLine is the Lua line before policy.lua that sets its KEYS and off
+// (see the top of lua/policy.lua): Redis's own, or, for nodeScriptSrc,
+// every request's keys gathered from KEYS and the head of ARGV.
+func keysLine(node bool) string {
+	if !node {
+		return "local KEYS, off = KEYS, 0\n"
+	}
+	return `local KEYS, off = (function()
+  local keys, n, m = {}, #KEYS, ARGV[1] + 0
+  for i = 1, n do keys[i] = KEYS[i] end
+  for i = 1, m do keys[n + i] = ARGV[1 + i] end
+  return keys, 1 + m
+end)()
+`
+}
+
+func scriptSource(node bool) string {
 	var b strings.Builder
+	if node {
+		b.WriteString("#!lua flags=allow-cross-slot-keys\n")
+	}
 	for _, name := range scriptFiles {
 		if name == "policy.lua" {
 			b.WriteString(algorithmDispatch())
+			b.WriteString(keysLine(node))
 		}
 		src, err := luaFiles.ReadFile("lua/" + name)
 		if err != nil {
@@ -120,7 +148,7 @@ func (l *Limiter) run(ctx context.Context, key string, consume bool, n int) (Res
 	c.keys = l.appendKeys(c.keys, stored)
 	c.args = appendArgs(c.args, consume, n)
 	c.unit = consume && n == 1
-	if l.batch.grouping == groupSlot {
+	if l.batch.grouping == groupNode {
 		c.slot = clusterSlot(stored)
 	}
 	answered, err := l.batch.do(ctx, l.opts.timeout, c)

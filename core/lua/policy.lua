@@ -3,11 +3,18 @@
 --
 -- KEYS: for each request, one key per rule; request d's keys are
 --   KEYS[(d-1)*R + 1 .. d*R], all with the same hash tag (one cluster slot).
--- ARGV[1]: R, the number of rules.
--- ARGV[2 .. 1+7R]: seven per rule: algorithm code (its index in
+--   On Redis Cluster the requests of one call may lie in several slots of
+--   one master: the call then declares only the first request's keys and
+--   sends the others' at the head of ARGV (ARGV[1] = how many, then the
+--   keys), under the allow-cross-slot-keys flag. The client puts a line
+--   before this file that makes KEYS the keys of every request either way,
+--   and off the number of ARGV values before R (0, or 1 + that count);
+--   see core/script.go.
+-- ARGV[off+1]: R, the number of rules.
+-- ARGV[off+2 .. off+1+7R]: seven per rule: algorithm code (its index in
 --   algorithms, which core/algorithms.go generates before this file), tick
 --   (microseconds), then the algorithm's parameters a, b, c, d, e.
--- ARGV[2+7R ..]: one per request: its cost n to consume it (AllowN), or -n
+-- ARGV[off+2+7R ..]: one per request: its cost n to consume it (AllowN), or -n
 --   to only look (Peek passes -1); or none at all when every request of the
 --   call consumes 1 (Allow, the common case: one argument less per request
 --   for Redis to read and hand to Lua). The requests are then counted by
@@ -19,9 +26,12 @@
 --   (denied). A policy of one rule leaves the third out when it is 0 (see
 --   run); one of several rules always sends it (see decide). The request
 --   is admitted when every rule admits.
---   When a request failed (a key of the wrong type), its answer is its
---   error message in integers instead (see put_error), which begins with a
---   negative integer. One request's error never fails another.
+--   When a request failed (a key of the wrong type; on a cluster, a key
+--   of a slot this master no longer serves), its answer is its error
+--   message in integers instead (see put_error), which begins with a
+--   negative integer. One request's error never fails another, and a
+--   failed request has written nothing: each reads all its keys before it
+--   writes any (a cluster checks where a key lives at its first access).
 --   (Flat rather than an array per request: no table per request in the
 --   script, none in the client; integers only, so the client reads them
 --   into one []int64 without boxing each; as few as the answer needs, since
@@ -49,10 +59,10 @@ end
 local time = call('TIME')
 local now_us = time[1] * 1000000 + time[2]
 
-local R = ARGV[1] + 0
+local R = ARGV[off + 1] + 0
 local rules = {}
 for i = 1, R do
-  local j = 2 + (i - 1) * 7
+  local j = off + 2 + (i - 1) * 7
   local tick = ARGV[j + 1] + 0
   rules[i] = {
     algorithms[ARGV[j] + 0], tick, idiv(now_us, tick),
@@ -68,7 +78,7 @@ local replies, top = {}, 0
 -- cost that grows with each local a closure captures. So what only a
 -- policy of several rules needs (store, decide and their tables) is made
 -- only for one, and a failed request's answer is written where it fails.
-local base = 2 + 7 * R -- ARGV[base] is the first request's cost
+local base = off + 2 + 7 * R -- ARGV[base] is the first request's cost
 local count = #ARGV - base + 1
 local unit = false -- 1 when every request consumes 1 and has no argument
 if count == 0 then

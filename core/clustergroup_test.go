@@ -1,0 +1,118 @@
+package core_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// testClusterOneCallPerMaster decides 2,000 user keys, spread over every
+// slot range, from 64 goroutines at once, with one rule and with a policy
+// of three: the decisions bound for one master share script calls whatever
+// their slots, so the masters run far fewer scripts than there are
+// decisions (counted with INFO commandstats on every master), and each key
+// still admits exactly what it was asked for, in order.
+func testClusterOneCallPerMaster(t *testing.T, cl *redistest.Cluster) {
+	cc := cl.Client(t)
+	ctx := context.Background()
+	const users, perUser, goroutines = 2000, 5, 64
+	cases := []struct {
+		name  string
+		rules []core.Rule
+		limit int
+	}{
+		{"gcra", []core.Rule{{Name: "gcra", Algorithm: core.GCRA, Limit: core.PerDay(1000)}}, 1000},
+		{"policy", clusterPolicy, 4},
+	}
+	clusterAvoidDayEdge(t, cc)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			prefix := fmt.Sprintf("group-%s-%d", tc.name, time.Now().UnixNano())
+			lim, err := core.NewPolicy(cc, tc.rules, core.WithPrefix(prefix))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer lim.Close()
+			before := scriptCalls(t, cl)
+			var wg sync.WaitGroup
+			work := make(chan int)
+			counts := make([]int, users)
+			var mu sync.Mutex
+			for g := 0; g < goroutines; g++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for u := range work {
+						r, err := lim.Allow(ctx, "user-"+strconv.Itoa(u))
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						mu.Lock()
+						counts[u]++
+						want := counts[u] <= tc.limit
+						mu.Unlock()
+						if r.Allowed != want {
+							t.Errorf("user %d, request %d: admitted %v", u, counts[u], r.Allowed)
+						}
+					}
+				}()
+			}
+			for i := 0; i < perUser; i++ {
+				for u := 0; u < users; u++ {
+					work <- u
+				}
+			}
+			close(work)
+			wg.Wait()
+			calls := scriptCalls(t, cl) - before
+			decisions := users * perUser
+			t.Logf("%d script calls for %d decisions: %.3f per decision", calls, decisions, float64(calls)/float64(decisions))
+			if calls*4 > int64(decisions) {
+				t.Errorf("%d script calls for %d decisions, want at most one per 4", calls, decisions)
+			}
+			for u := 0; u < users; u += 97 {
+				r, err := lim.Peek(ctx, "user-"+strconv.Itoa(u))
+				if want := max(tc.limit-perUser, 0); err != nil || r.Remaining != want {
+					t.Errorf("user %d after %d requests: %+v, %v; want %d remaining", u, perUser, r, err, want)
+				}
+			}
+		})
+	}
+}
+
+// scriptCalls returns how many scripts (EVALSHA and EVAL) the masters of
+// cl have run.
+func scriptCalls(t *testing.T, cl *redistest.Cluster) int64 {
+	t.Helper()
+	ctx := context.Background()
+	masters, err := cl.Masters(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, addr := range masters {
+		info, err := cl.Node(addr).Info(ctx, "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, cmd := range []string{"cmdstat_evalsha:", "cmdstat_eval:"} {
+			if _, rest, ok := strings.Cut(info, cmd); ok {
+				calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
+				c, err := strconv.ParseInt(calls, 10, 64)
+				if err != nil {
+					t.Fatalf("%s commandstats %q: %v", addr, rest, err)
+				}
+				n += c
+			}
+		}
+	}
+	return n
+}
