@@ -55,7 +55,8 @@ type decider func(ctx context.Context, key string) (allowed bool, err error)
 //     system), which shows what pipelining saves the server;
 //   - script-us/call: the time Redis spent running each EVALSHA or EVAL
 //     (INFO commandstats), the cost of the Lua script itself, which
-//     pipelining cannot save.
+//     pipelining cannot save;
+//   - calls/op: the script calls (EVALSHA and EVAL) per decision.
 //
 // Both are deltas over the run, so a shared REDIS_URL server is never reset;
 // other clients of such a server count in them too.
@@ -108,6 +109,7 @@ func runConcurrent(b *testing.B, c int, rdb redis.UniversalClient, newDecider fu
 		b.ReportMetric((after.cpu-before.cpu)*1e6/float64(b.N), "srv-us/op")
 		if calls := after.scriptCalls - before.scriptCalls; calls > 0 {
 			b.ReportMetric(float64(after.scriptUsec-before.scriptUsec)/float64(calls), "script-us/call")
+			b.ReportMetric(float64(calls)/float64(b.N), "calls/op")
 		}
 	}
 
