@@ -362,11 +362,15 @@ func (b *batcher) resend(ctx context.Context, x *execScratch) {
 	for sends := 1; sends < maxSends; sends++ {
 		for _, g := range x.groups[:x.used] {
 			if err := g.cmd.Err(); !g.answered && g.cross && noScriptFlags(err) {
+				// With the source: the plain script may be new to them.
 				b.slotsOnly.Store(true)
 				x.sendAlone(ctx, g.calls[1:], err)
 				clear(g.calls[1:])
 				g.calls = g.calls[:1]
 				g.byNode, g.fresh = false, true
+				for _, a := range x.groups[:x.used] {
+					a.source = a.source || a.fresh
+				}
 			}
 		}
 		again, wait := 0, false

@@ -72,3 +72,32 @@ func TestClosedConnectionResendableOnlyAlone(t *testing.T) {
 		}
 	}
 }
+
+// A master's refusal of one request of a cross-slot script call (its slot
+// is elsewhere) sends that request again on its own; a Redis that knows no
+// script flags turns the limiter to per-slot calls. Redis 7 words the first
+// as measured on 7.0.15; Redis 6's words are those of its source.
+func TestClusterScriptRefusals(t *testing.T) {
+	for _, msg := range []string{
+		"ERR Script attempted to access a non local key in a cluster node script: 3fb55c69dbe7c7132a406f51d6c90eb602e3b6c5, on @user_script:2.",
+		"ERR Script attempted to access a non local key in a cluster node", // as pcall sees it
+		"Lua script attempted to access a non local key in a cluster node",
+		"ERR Script attempted to access a slot not served",
+	} {
+		if !isNotHere(scriptError(msg)) {
+			t.Errorf("isNotHere(%q) = false", msg)
+		}
+		if noScriptFlags(scriptError(msg)) {
+			t.Errorf("noScriptFlags(%q) = true", msg)
+		}
+	}
+	old := scriptError("ERR Error compiling script (new function): user_script:1: unexpected symbol near '#'")
+	if !noScriptFlags(old) || isNotHere(old) {
+		t.Errorf("Redis 6's refusal of a flagged script: noScriptFlags %v, isNotHere %v", noScriptFlags(old), isNotHere(old))
+	}
+	for _, err := range []error{nil, scriptError("WRONGTYPE Operation against a key holding the wrong kind of value"), scriptError("ERR Error compiling script (new function): user_script:9: '=' expected near 'x'")} {
+		if isNotHere(err) || noScriptFlags(err) {
+			t.Errorf("%v taken for a cluster refusal", err)
+		}
+	}
+}
