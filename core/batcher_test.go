@@ -96,6 +96,32 @@ func TestClusterSlot(t *testing.T) {
 			t.Errorf("clusterSlot(%q) = %d, want %d", tag, got, want)
 		}
 	}
+	// The table agrees with CRC16 computed a bit at a time.
+	bitwise := func(s string) int {
+		var crc uint16
+		for i := 0; i < len(s); i++ {
+			crc ^= uint16(s[i]) << 8
+			for j := 0; j < 8; j++ {
+				if crc&0x8000 != 0 {
+					crc = crc<<1 ^ 0x1021
+				} else {
+					crc <<= 1
+				}
+			}
+		}
+		return int(crc) & 16383
+	}
+	for i := 0; i < 2000; i++ {
+		s := strings.Repeat(string(rune(i%256)), i%7) + strconv.Itoa(i*7919)
+		if got, want := clusterSlot(s), bitwise(s); got != want {
+			t.Fatalf("clusterSlot(%q) = %d, want %d", s, got, want)
+		}
+	}
+	for slot, key := range slotKeys() {
+		if clusterSlot(key) != slot {
+			t.Fatalf("slotKeys()[%d] = %q, of slot %d", slot, key, clusterSlot(key))
+		}
+	}
 }
 
 // waitFor polls cond until it holds, or fails the test after 20s.

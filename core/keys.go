@@ -72,21 +72,30 @@ func keyStrings(keys []keyArg) []string {
 }
 
 // clusterSlot is the Redis Cluster slot of keys whose hash tag is tag:
-// CRC16 (XMODEM) modulo 16384, as Redis computes it.
+// CRC16 (XMODEM) modulo 16384, as Redis computes it, a byte at a time.
 func clusterSlot(tag string) int {
 	var crc uint16
 	for i := 0; i < len(tag); i++ {
-		crc ^= uint16(tag[i]) << 8
-		for j := 0; j < 8; j++ {
+		crc = crc<<8 ^ crc16Table[byte(crc>>8)^tag[i]]
+	}
+	return int(crc) & 16383
+}
+
+// crc16Table is the CRC16 (XMODEM, polynomial 0x1021) of each byte.
+var crc16Table = func() (t [256]uint16) {
+	for i := range t {
+		crc := uint16(i) << 8
+		for range 8 {
 			if crc&0x8000 != 0 {
 				crc = crc<<1 ^ 0x1021
 			} else {
 				crc <<= 1
 			}
 		}
+		t[i] = crc
 	}
-	return int(crc) & 16383
-}
+	return t
+}()
 
 // slotKeys holds, for each Redis Cluster slot, a short key of that slot:
 // what go-redis's ClusterClient.MasterForKey needs to name a slot, with no
