@@ -305,7 +305,15 @@ func (b *batcher) room(now time.Time) bool {
 // must not hold back every call behind it while another connection could
 // answer.
 func (b *batcher) mayGo(now time.Time) bool {
-	if b.inflight == 0 || len(b.pending) >= b.inflight {
+	// On a cluster a batch becomes one script call per master, each with
+	// its master's share only; the masters run them side by side. There a
+	// batch waits until twice what is in flight is pending, which keeps
+	// the script calls per decision down at the same throughput.
+	spread := 1
+	if b.grouping == groupNode {
+		spread = 2
+	}
+	if b.inflight == 0 || len(b.pending) >= b.inflight*spread {
 		return true
 	}
 	live := b.inflight
@@ -314,7 +322,7 @@ func (b *batcher) mayGo(now time.Time) bool {
 			live -= len(x.batch)
 		}
 	}
-	return len(b.pending) >= live
+	return len(b.pending) >= live*spread
 }
 
 // stallAfter is how long a batch may be out before the calls behind it
