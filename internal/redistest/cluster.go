@@ -42,7 +42,8 @@ type Cluster struct {
 	// reports the current ones.
 	Nodes []*Server
 
-	admin map[string]*redis.Client // one plain client per node, for inspection
+	admin  map[string]*redis.Client // one plain client per node, for inspection
+	killed map[string]bool          // addresses of the nodes Kill killed
 }
 
 // Shard is one master of a Cluster with its replicas and slots, as the
@@ -81,7 +82,7 @@ func StartCluster(t testing.TB) *Cluster {
 	if err != nil {
 		missing(t, err)
 	}
-	c := &Cluster{admin: map[string]*redis.Client{}}
+	c := &Cluster{admin: map[string]*redis.Client{}, killed: map[string]bool{}}
 	t.Cleanup(c.stop)
 	if err := c.start(cli); err != nil {
 		t.Fatalf("redistest: starting a Redis Cluster: %v", err)
@@ -190,9 +191,9 @@ func (c *Cluster) ShardOf(ctx context.Context, slot int) (Shard, error) {
 }
 
 // Shards returns the current masters with their replicas and slots, sorted
-// by slot. Every node is asked (CLUSTER NODES): all of them must agree on
-// which master serves which slots; each replica is listed under the master
-// it reports following itself.
+// by slot. Every node is asked (CLUSTER NODES), but those killed by Kill:
+// all of them must agree on which master serves which slots; each replica
+// is listed under the master it reports following itself.
 func (c *Cluster) Shards(ctx context.Context) ([]Shard, error) {
 	shards, _, err := c.topology(ctx)
 	return shards, err
@@ -227,6 +228,9 @@ func (c *Cluster) topology(ctx context.Context) ([]Shard, []string, error) {
 		problems       []string
 	)
 	for _, s := range c.Nodes {
+		if c.killed[s.Addr] {
+			continue
+		}
 		text, err := c.admin[s.Addr].ClusterNodes(ctx).Result()
 		if err != nil {
 			return nil, nil, fmt.Errorf("CLUSTER NODES on %s: %w", s.Addr, err)
@@ -627,21 +631,28 @@ func MigrateSlots(ctx context.Context, from, to *redis.Client, slots []int, othe
 }
 
 // MigrateSlots moves slots from the master at fromAddr to the master at
-// toAddr with MigrateSlots, naming the other masters as others. It does
+// toAddr with MigrateSlots, naming the other masters (as fromAddr knows
+// them) as others. It does
 // not wait for the replicas to learn the new owners: WaitReady does.
 func (c *Cluster) MigrateSlots(ctx context.Context, fromAddr, toAddr string, slots []int) error {
 	from, to := c.admin[fromAddr], c.admin[toAddr]
 	if from == nil || to == nil {
 		return fmt.Errorf("migrate from %s to %s: not both nodes of the cluster", fromAddr, toAddr)
 	}
-	masters, err := c.Masters(ctx)
+	// The masters as from sees them: while slots move, the nodes may
+	// disagree for a moment on who serves the last ones moved.
+	text, err := from.ClusterNodes(ctx).Result()
 	if err != nil {
-		return err
+		return fmt.Errorf("CLUSTER NODES on %s: %w", fromAddr, err)
+	}
+	nodes, err := parseClusterNodes(text)
+	if err != nil {
+		return fmt.Errorf("CLUSTER NODES on %s: %w", fromAddr, err)
 	}
 	var others []*redis.Client
-	for _, m := range masters {
-		if m != fromAddr && m != toAddr {
-			others = append(others, c.admin[m])
+	for _, n := range nodes {
+		if n.has("master") && len(n.slots) > 0 && !n.has("fail") && n.addr != fromAddr && n.addr != toAddr && c.admin[n.addr] != nil {
+			others = append(others, c.admin[n.addr])
 		}
 	}
 	return MigrateSlots(ctx, from, to, slots, others...)
@@ -650,11 +661,14 @@ func (c *Cluster) MigrateSlots(ctx context.Context, fromAddr, toAddr string, slo
 // Kill kills the node at addr (SIGKILL: no goodbye to its peers, nothing
 // saved). It stays down; the cluster is no longer ready as WaitReady
 // means it, since its peers see it failing: WaitPromoted waits for a
-// replica to take over its slots.
+// replica to take over its slots. Shards and what uses it (Masters,
+// ShardOf ...) ask the live nodes only from then on. Kill is not safe
+// for use concurrently with the other methods.
 func (c *Cluster) Kill(addr string) error {
 	for _, s := range c.Nodes {
 		if s.Addr == addr {
 			s.Stop()
+			c.killed[addr] = true
 			return nil
 		}
 	}
@@ -662,7 +676,7 @@ func (c *Cluster) Kill(addr string) error {
 }
 
 // WaitPromoted waits until the node at addr reports itself master and
-// every live node (one that answers) sees it serving slot, with
+// every live node (one Kill did not kill) sees it serving slot, with
 // cluster_state:ok. It is for a cluster with a killed node, where
 // WaitReady never succeeds. It gives up with the last problem seen when
 // ctx is done, or after 30 seconds when ctx has no deadline.
@@ -681,8 +695,8 @@ func (c *Cluster) WaitPromoted(ctx context.Context, addr string, slot int) error
 			return fmt.Errorf("%s has role %q (%v)", addr, r, err)
 		}
 		for _, s := range c.Nodes {
-			if c.admin[s.Addr].Ping(ctx).Err() != nil {
-				continue // the killed node
+			if c.killed[s.Addr] {
+				continue
 			}
 			info, err := c.admin[s.Addr].ClusterInfo(ctx).Result()
 			if err != nil {
