@@ -460,7 +460,7 @@ func (c *Cluster) Failover(ctx context.Context, replicaAddr string) error {
 	}
 }
 
-// WaitReplicaKnown waits until every node knows the node at addr as a
+// WaitReplicaKnown waits until every live node knows the node at addr as a
 // replica of the master it follows. The masters vote in a failover only
 // for a node they know as a replica, and they learn it from its pings,
 // which come every few seconds; Failover waits for this itself, so a test
@@ -482,6 +482,9 @@ func (c *Cluster) knownAsReplica(ctx context.Context, addr string) error {
 	var master string
 	views := map[string][]clusterNode{}
 	for _, s := range c.Nodes {
+		if c.killed[s.Addr] {
+			continue
+		}
 		text, err := c.admin[s.Addr].ClusterNodes(ctx).Result()
 		if err != nil {
 			return fmt.Errorf("CLUSTER NODES on %s: %w", s.Addr, err)
