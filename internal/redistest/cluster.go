@@ -42,7 +42,8 @@ type Cluster struct {
 	// reports the current ones.
 	Nodes []*Server
 
-	admin map[string]*redis.Client // one plain client per node, for inspection
+	admin  map[string]*redis.Client // one plain client per node, for inspection
+	killed map[string]bool          // addresses of the nodes Kill killed
 }
 
 // Shard is one master of a Cluster with its replicas and slots, as the
@@ -81,7 +82,7 @@ func StartCluster(t testing.TB) *Cluster {
 	if err != nil {
 		missing(t, err)
 	}
-	c := &Cluster{admin: map[string]*redis.Client{}}
+	c := &Cluster{admin: map[string]*redis.Client{}, killed: map[string]bool{}}
 	t.Cleanup(c.stop)
 	if err := c.start(cli); err != nil {
 		t.Fatalf("redistest: starting a Redis Cluster: %v", err)
@@ -190,9 +191,9 @@ func (c *Cluster) ShardOf(ctx context.Context, slot int) (Shard, error) {
 }
 
 // Shards returns the current masters with their replicas and slots, sorted
-// by slot. Every node is asked (CLUSTER NODES): all of them must agree on
-// which master serves which slots; each replica is listed under the master
-// it reports following itself.
+// by slot. Every node is asked (CLUSTER NODES), but those killed by Kill:
+// all of them must agree on which master serves which slots; each replica
+// is listed under the master it reports following itself.
 func (c *Cluster) Shards(ctx context.Context) ([]Shard, error) {
 	shards, _, err := c.topology(ctx)
 	return shards, err
@@ -227,6 +228,9 @@ func (c *Cluster) topology(ctx context.Context) ([]Shard, []string, error) {
 		problems       []string
 	)
 	for _, s := range c.Nodes {
+		if c.killed[s.Addr] {
+			continue
+		}
 		text, err := c.admin[s.Addr].ClusterNodes(ctx).Result()
 		if err != nil {
 			return nil, nil, fmt.Errorf("CLUSTER NODES on %s: %w", s.Addr, err)
@@ -456,7 +460,7 @@ func (c *Cluster) Failover(ctx context.Context, replicaAddr string) error {
 	}
 }
 
-// WaitReplicaKnown waits until every node knows the node at addr as a
+// WaitReplicaKnown waits until every live node knows the node at addr as a
 // replica of the master it follows. The masters vote in a failover only
 // for a node they know as a replica, and they learn it from its pings,
 // which come every few seconds; Failover waits for this itself, so a test
@@ -478,6 +482,9 @@ func (c *Cluster) knownAsReplica(ctx context.Context, addr string) error {
 	var master string
 	views := map[string][]clusterNode{}
 	for _, s := range c.Nodes {
+		if c.killed[s.Addr] {
+			continue
+		}
 		text, err := c.admin[s.Addr].ClusterNodes(ctx).Result()
 		if err != nil {
 			return fmt.Errorf("CLUSTER NODES on %s: %w", s.Addr, err)
@@ -538,4 +545,195 @@ func infoField(info, field string) string {
 		}
 	}
 	return ""
+}
+
+// Slot returns the Redis Cluster hash slot of key, as CLUSTER KEYSLOT does:
+// the CRC16 (XMODEM) of the key, or of its hash tag (the text between the
+// first '{' and the next '}', when not empty), modulo 16384.
+func Slot(key string) int {
+	if open := strings.IndexByte(key, '{'); open >= 0 {
+		if end := strings.IndexByte(key[open+1:], '}'); end > 0 {
+			key = key[open+1 : open+1+end]
+		}
+	}
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc ^= uint16(key[i]) << 8
+		for b := 0; b < 8; b++ {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc) % ClusterSlots
+}
+
+// MigrateKeysPerCall is how many keys MigrateSlots moves with one MIGRATE.
+// It is small so that a slot under load spends a while half moved, its
+// keys on both masters, as in a reshard of a big slot.
+const MigrateKeysPerCall = 5
+
+// MigrateSlots moves slots from the master from to the master to, one slot
+// after the other, the way "redis-cli --cluster reshard" does: CLUSTER
+// SETSLOT IMPORTING on to, SETSLOT MIGRATING on from, then CLUSTER
+// GETKEYSINSLOT and MIGRATE (the KEYS form, MigrateKeysPerCall keys at a
+// time, without REPLACE: a key already on to is an error) until the slot
+// is empty on from, then SETSLOT NODE on to, on from and on every client
+// of others (the other masters; the rest of the cluster learns the new
+// owner by gossip). Clients deciding meanwhile are redirected with ASK
+// (a key already moved, or not there) or MOVED (a slot done), or refused
+// with TRYAGAIN (a multi-key command whose keys are split between the two
+// masters). It returns the first error, naming the slot and step; the
+// slot it was moving is then left half moved.
+func MigrateSlots(ctx context.Context, from, to *redis.Client, slots []int, others ...*redis.Client) error {
+	fromID, err := from.ClusterMyID(ctx).Result()
+	if err != nil {
+		return fmt.Errorf("CLUSTER MYID on %s: %w", from.Options().Addr, err)
+	}
+	toID, err := to.ClusterMyID(ctx).Result()
+	if err != nil {
+		return fmt.Errorf("CLUSTER MYID on %s: %w", to.Options().Addr, err)
+	}
+	host, port, ok := strings.Cut(to.Options().Addr, ":")
+	if !ok {
+		return fmt.Errorf("migrate: address %q has no port", to.Options().Addr)
+	}
+	for _, slot := range slots {
+		if err := to.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", fromID).Err(); err != nil {
+			return fmt.Errorf("slot %d: SETSLOT IMPORTING on %s: %w", slot, to.Options().Addr, err)
+		}
+		if err := from.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", toID).Err(); err != nil {
+			return fmt.Errorf("slot %d: SETSLOT MIGRATING on %s: %w", slot, from.Options().Addr, err)
+		}
+		for {
+			keys, err := from.ClusterGetKeysInSlot(ctx, slot, MigrateKeysPerCall).Result()
+			if err != nil {
+				return fmt.Errorf("slot %d: GETKEYSINSLOT on %s: %w", slot, from.Options().Addr, err)
+			}
+			if len(keys) == 0 {
+				break
+			}
+			args := []any{"MIGRATE", host, port, "", 0, 10000, "KEYS"}
+			for _, k := range keys {
+				args = append(args, k)
+			}
+			// "NOKEY": the keys expired or were deleted meanwhile.
+			if err := from.Do(ctx, args...).Err(); err != nil && err.Error() != "NOKEY" {
+				return fmt.Errorf("slot %d: MIGRATE of %q from %s to %s: %w", slot, keys, from.Options().Addr, to.Options().Addr, err)
+			}
+		}
+		for _, c := range append([]*redis.Client{to, from}, others...) {
+			if err := c.Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", toID).Err(); err != nil {
+				return fmt.Errorf("slot %d: SETSLOT NODE on %s: %w", slot, c.Options().Addr, err)
+			}
+		}
+	}
+	return nil
+}
+
+// MigrateSlots moves slots from the master at fromAddr to the master at
+// toAddr with MigrateSlots, naming the other masters (as fromAddr knows
+// them) as others. It does
+// not wait for the replicas to learn the new owners: WaitReady does.
+func (c *Cluster) MigrateSlots(ctx context.Context, fromAddr, toAddr string, slots []int) error {
+	from, to := c.admin[fromAddr], c.admin[toAddr]
+	if from == nil || to == nil {
+		return fmt.Errorf("migrate from %s to %s: not both nodes of the cluster", fromAddr, toAddr)
+	}
+	// The masters as from sees them: while slots move, the nodes may
+	// disagree for a moment on who serves the last ones moved.
+	text, err := from.ClusterNodes(ctx).Result()
+	if err != nil {
+		return fmt.Errorf("CLUSTER NODES on %s: %w", fromAddr, err)
+	}
+	nodes, err := parseClusterNodes(text)
+	if err != nil {
+		return fmt.Errorf("CLUSTER NODES on %s: %w", fromAddr, err)
+	}
+	var others []*redis.Client
+	for _, n := range nodes {
+		if n.has("master") && len(n.slots) > 0 && !n.has("fail") && n.addr != fromAddr && n.addr != toAddr && c.admin[n.addr] != nil {
+			others = append(others, c.admin[n.addr])
+		}
+	}
+	return MigrateSlots(ctx, from, to, slots, others...)
+}
+
+// Kill kills the node at addr (SIGKILL: no goodbye to its peers, nothing
+// saved). It stays down; the cluster is no longer ready as WaitReady
+// means it, since its peers see it failing: WaitPromoted waits for a
+// replica to take over its slots. Shards and what uses it (Masters,
+// ShardOf ...) ask the live nodes only from then on. Kill is not safe
+// for use concurrently with the other methods.
+func (c *Cluster) Kill(addr string) error {
+	for _, s := range c.Nodes {
+		if s.Addr == addr {
+			s.Stop()
+			c.killed[addr] = true
+			return nil
+		}
+	}
+	return fmt.Errorf("%s is not a node of the cluster", addr)
+}
+
+// WaitPromoted waits until the node at addr reports itself master and
+// every live node (one Kill did not kill) sees it serving slot, with
+// cluster_state:ok. It is for a cluster with a killed node, where
+// WaitReady never succeeds. It gives up with the last problem seen when
+// ctx is done, or after 30 seconds when ctx has no deadline.
+func (c *Cluster) WaitPromoted(ctx context.Context, addr string, slot int) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+	}
+	node := c.admin[addr]
+	if node == nil {
+		return fmt.Errorf("%s is not a node of the cluster", addr)
+	}
+	err := waitFor(ctx, func() error {
+		if r, err := role(ctx, node); err != nil || r != "master" {
+			return fmt.Errorf("%s has role %q (%v)", addr, r, err)
+		}
+		for _, s := range c.Nodes {
+			if c.killed[s.Addr] {
+				continue
+			}
+			info, err := c.admin[s.Addr].ClusterInfo(ctx).Result()
+			if err != nil {
+				return fmt.Errorf("CLUSTER INFO on %s: %w", s.Addr, err)
+			}
+			if st := infoField(info, "cluster_state"); st != "ok" {
+				return fmt.Errorf("%s: cluster_state %q", s.Addr, st)
+			}
+			text, err := c.admin[s.Addr].ClusterNodes(ctx).Result()
+			if err != nil {
+				return fmt.Errorf("CLUSTER NODES on %s: %w", s.Addr, err)
+			}
+			nodes, err := parseClusterNodes(text)
+			if err != nil {
+				return fmt.Errorf("CLUSTER NODES on %s: %w", s.Addr, err)
+			}
+			owner := ""
+			for _, n := range nodes {
+				if n.has("master") && !n.has("fail") {
+					for _, r := range n.slots {
+						if slot >= r[0] && slot <= r[1] {
+							owner = n.addr
+						}
+					}
+				}
+			}
+			if owner != addr {
+				return fmt.Errorf("%s sees slot %d served by %q, want %s", s.Addr, slot, owner, addr)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("promotion of %s: %v%s", addr, err, c.logTails())
+	}
+	return nil
 }
