@@ -348,7 +348,7 @@ func runHTTPTurns(b *testing.B, c int, servers []*httpServer, lims *httpLimiters
 	}
 	errs0 := lims.sluiceErrs.Load()
 	b.ResetTimer()
-	for round := range max(*httpRounds, 1) {
+	for round := range httpRoundsFor(len(vs)) {
 		for j := range vs {
 			v := vs[(round+j)%len(vs)]
 			n, elapsed := httpTurn(b, v.name, v.workers, *httpSlice)
@@ -369,6 +369,22 @@ func runHTTPTurns(b *testing.B, c int, servers []*httpServer, lims *httpLimiters
 		b.ReportMetric(all.quantile(0.50).Seconds()*1e6, v.name+"-p50-us")
 		b.ReportMetric(all.quantile(0.99).Seconds()*1e6, v.name+"-p99-us")
 	}
+}
+
+// httpRoundsFor returns how many rounds of turns of variants variants
+// BenchmarkHTTP runs: -http.rounds, or more when they would take less than
+// -test.benchtime. The turns run once whatever b.N, so a run shorter than
+// -benchtime would make the testing package call the benchmark again and
+// again with a larger b.N, each call as long as the first.
+func httpRoundsFor(variants int) int {
+	rounds := max(*httpRounds, 1)
+	round := time.Duration(variants) * max(*httpSlice, time.Millisecond)
+	if f := flag.Lookup("test.benchtime"); f != nil {
+		if d, err := time.ParseDuration(f.Value.String()); err == nil && time.Duration(rounds)*round < d {
+			rounds = int((d + round - 1) / round)
+		}
+	}
+	return rounds
 }
 
 // httpTurn runs one variant's workers, one goroutine each, for d, each
