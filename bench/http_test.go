@@ -209,8 +209,9 @@ func redisRateEcho(l *redis_rate.Limiter) echo.MiddlewareFunc {
 
 // httpServer is one variant's handler served by net/http on loopback.
 type httpServer struct {
-	url string
-	srv *http.Server
+	url   string
+	srv   *http.Server
+	conns atomic.Int64 // connections accepted
 }
 
 func startHTTP(b *testing.B, h http.Handler) *httpServer {
@@ -218,9 +219,15 @@ func startHTTP(b *testing.B, h http.Handler) *httpServer {
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	go srv.Serve(ln)
-	return &httpServer{url: "http://" + ln.Addr().String() + "/", srv: srv}
+	s := &httpServer{url: "http://" + ln.Addr().String() + "/"}
+	s.srv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
+		ConnState: func(_ net.Conn, st http.ConnState) {
+			if st == http.StateNew {
+				s.conns.Add(1)
+			}
+		}}
+	go s.srv.Serve(ln)
+	return s
 }
 
 // httpWorker is one client of the load generator: a keep-alive connection
@@ -282,9 +289,10 @@ func (w *httpWorker) close() { w.client.CloseIdleConnections() }
 // before it is sent until its body is read. The variants of a router take
 // turns as in BenchmarkTurns: -http.slice each, in an order that rotates,
 // -http.rounds rounds, so that the noise of a shared machine falls on all
-// of them alike. Any answer but 200, and any decision sluice's middleware
-// failed (it fails open, so the client would not see it), fail the
-// benchmark.
+// of them alike (more rounds when they would last less than -benchtime).
+// Any answer but 200, any decision sluice's middleware failed (it fails
+// open, so the client would not see it), and connections not kept alive
+// (new ones for more than 1% of the requests) fail the benchmark.
 //
 // It runs its turns once, whatever b.N, and reports for each variant
 // <variant>-req/s (requests over its turns' time), <variant>-p50-us and
@@ -347,6 +355,10 @@ func runHTTPTurns(b *testing.B, c int, servers []*httpServer, lims *httpLimiters
 		vs[i] = v
 	}
 	errs0 := lims.sluiceErrs.Load()
+	conns0 := make([]int64, len(servers))
+	for i, s := range servers {
+		conns0[i] = s.conns.Load()
+	}
 	b.ResetTimer()
 	for round := range httpRoundsFor(len(vs)) {
 		for j := range vs {
@@ -359,6 +371,18 @@ func runHTTPTurns(b *testing.B, c int, servers []*httpServer, lims *httpLimiters
 	b.StopTimer()
 	if n := lims.sluiceErrs.Load() - errs0; n > 0 {
 		b.Fatalf("sluice: %d decisions failed (served open); the first: %v", n, *lims.firstErr.Load())
+	}
+	for i, s := range servers {
+		// net/http's Transport may dial while the connection it just used
+		// goes back to its pool, so a few new connections are normal; more
+		// than 1% of the requests would mean the connections were not kept
+		// alive, and dialing was measured.
+		n := s.conns.Load() - conns0[i]
+		if n*100 > vs[i].done {
+			b.Fatalf("%s: %d connections opened for %d requests: not kept alive", vs[i].name, n, vs[i].done)
+		} else if n > 0 {
+			b.Logf("%s: %d connections opened during the turns, beyond the %d warmed up", vs[i].name, n, c)
+		}
 	}
 	for _, v := range vs {
 		var all histogram
