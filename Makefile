@@ -54,8 +54,10 @@ fuzz:
 
 # bench compares sluice with redis_rate, ulule/limiter and throttled (bench/,
 # a module of its own) on a redis-server and Redis Clusters that the
-# benchmarks start themselves (about 5 minutes on 2 cores). It prints the
-# tables and ratios and writes bench/results.txt, bench/chart.svg and the
+# benchmarks start themselves (about 6 minutes on 2 cores), and whole HTTP
+# requests through each router's middleware (BenchmarkHTTP, about a minute;
+# BENCH=BenchmarkHTTP runs it alone). It prints the tables and ratios and
+# writes bench/results.txt, bench/chart.svg, bench/chart-http.svg and the
 # results section of BENCHMARKS.md. BENCH_QUICK=1 runs only sluice GCRA (on
 # both clients), redis_rate and ulule at c=1 and c=64, and BenchmarkLatency
 # (one caller, the same libraries in turns), 1s each;
@@ -64,7 +66,8 @@ fuzz:
 # times and the report takes the medians. BENCHFLAGS passes flags to the
 # test binary: -redis.ctxtimeout (ContextTimeoutEnabled on every client),
 # -sluice.timeout=<duration>, -latency.turn=<n> (decisions in a row per
-# library in BenchmarkLatency; 1 alternates every decision).
+# library in BenchmarkLatency; 1 alternates every decision), -http.slice
+# and -http.rounds (BenchmarkHTTP's turns).
 bench: redis
 	cd bench && { $(GO) test -run '$(if $(BENCH_QUICK)$(BENCH),^$$,^TestMemoryPerKey$$)' \
 		-bench '$(or $(BENCH),$(if $(BENCH_QUICK),^BenchmarkAllow$$/^(sluice_gcra|sluice_gcra_ctxtimeout|redis_rate|ulule)$$/^c=(1|64)$$,.))' \
@@ -72,7 +75,7 @@ bench: redis
 		$(if $(BENCH_QUICK),$(GO) test -run '^$$' -bench '^BenchmarkLatency$$' -benchtime 2s -count $(or $(BENCHCOUNT),1) . $(BENCHFLAGS);) } 2>&1 \
 		| tee $(if $(BENCH_QUICK)$(BENCH),results-quick.txt,results.txt)
 	cd bench && $(GO) run ./cmd/report -in $(if $(BENCH_QUICK)$(BENCH),results-quick.txt,results.txt) \
-		$(if $(BENCH_QUICK)$(BENCH),,-svg chart.svg -md ../BENCHMARKS.md)
+		$(if $(BENCH_QUICK)$(BENCH),,-svg chart.svg -httpsvg chart-http.svg -md ../BENCHMARKS.md)
 
 # soak runs HTTP load through every middleware for a minute while Redis is
 # killed and restarted twice, and prints what the clients saw. make test runs

@@ -19,13 +19,17 @@
 //     of a one-line script: what pipelining can reach when the script costs
 //     nothing.
 //   - BenchmarkMiddleware: the nethttp middleware path around sluice GCRA.
+//   - BenchmarkHTTP: whole GET requests through a real net/http.Server on
+//     loopback for each router (ServeMux, chi, gin, echo): no limiter,
+//     sluice's middleware, ulule/limiter's and a minimal redis_rate one,
+//     at 1 and 64 keep-alive clients, the variants in turns.
 //   - BenchmarkCluster: sluice GCRA and redis_rate on a Redis Cluster of one
 //     and of three masters started on loopback.
 //   - TestMemoryPerKey: Redis MEMORY USAGE of each algorithm's key.
 //
 // "make bench" at the top of the repository runs them all and feeds the
 // output to ./cmd/report, which prints the tables and ratios, writes
-// chart.svg and refreshes the results section of BENCHMARKS.md. The tests
+// chart.svg and chart-http.svg and refreshes the results section of BENCHMARKS.md. The tests
 // start their own redis-server on a free loopback port, or use REDIS_URL
 // when it is set (then they never flush it: keys are left to expire).
 package bench

@@ -3,7 +3,7 @@
 //
 //	cd bench
 //	go test -run '^TestMemoryPerKey$' -bench . -benchtime 2s . | tee results.txt
-//	go run ./cmd/report -svg chart.svg -md ../BENCHMARKS.md < results.txt
+//	go run ./cmd/report -svg chart.svg -httpsvg chart-http.svg -md ../BENCHMARKS.md < results.txt
 //
 // It reads plain "go test -bench" output (run with -count N, it takes the
 // median of each metric), the "bench-env:" and "memory:" lines the tests
@@ -12,7 +12,9 @@
 //
 // -md replaces the part of a Markdown file between the lines
 // "<!-- bench:results:begin -->" and "<!-- bench:results:end -->" with the
-// tables; -svg writes a grouped bar chart of decisions/s by concurrency.
+// tables; -svg writes a grouped bar chart of decisions/s by concurrency;
+// -httpsvg one of BenchmarkHTTP's requests/s by router, a panel per
+// concurrency.
 package main
 
 import (
@@ -30,15 +32,16 @@ import (
 func main() {
 	in := flag.String("in", "", "read the benchmark output from this file (default: standard input)")
 	svg := flag.String("svg", "", "write the throughput chart to this SVG file")
+	httpSVG := flag.String("httpsvg", "", "write the HTTP throughput chart to this SVG file")
 	md := flag.String("md", "", "replace the results section of this Markdown file")
 	flag.Parse()
-	if err := run(*in, *svg, *md, os.Stdout); err != nil {
+	if err := run(*in, *svg, *httpSVG, *md, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "report:", err)
 		os.Exit(1)
 	}
 }
 
-func run(in, svgPath, mdPath string, stdout io.Writer) error {
+func run(in, svgPath, httpSVGPath, mdPath string, stdout io.Writer) error {
 	r := io.Reader(os.Stdin)
 	if in != "" {
 		f, err := os.Open(in)
@@ -69,6 +72,16 @@ func run(in, svgPath, mdPath string, stdout io.Writer) error {
 			return err
 		}
 		fmt.Fprintf(stdout, "\nreport: wrote %s\n", svgPath)
+	}
+	if httpSVGPath != "" {
+		var svg bytes.Buffer
+		if err := writeHTTPChart(&svg, res); err != nil {
+			return err
+		}
+		if err := os.WriteFile(httpSVGPath, svg.Bytes(), 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "report: wrote %s\n", httpSVGPath)
 	}
 	if mdPath != "" {
 		if err := replaceSection(mdPath, out.Bytes()); err != nil {

@@ -65,6 +65,7 @@ func writeMarkdown(w io.Writer, r *results, now time.Time) {
 	}
 	writePipelined(w, r.suite("PipelinedEvalSha"))
 	writeMiddleware(w, gridOf(r.suite("Middleware"), 0), allow)
+	writeHTTP(w, httpOf(r.suite("HTTP")))
 	writeCluster(w, r.suite("Cluster"))
 	writeMemory(w, r.memory)
 	if len(r.failures) > 0 {
