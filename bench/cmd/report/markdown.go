@@ -468,16 +468,26 @@ func writeMiddleware(w io.Writer, g *grid, allow *grid) {
 	}
 }
 
-// writeCluster writes Cluster/masters=M/<lib>/c=N and the 3-over-1 scaling.
+// writeCluster writes Cluster/<server>/<lib>/c=N, where server is
+// server=single or masters=M: decisions per second and script calls per
+// decision, then sluice ÷ redis_rate on each server, and each cluster ÷
+// the single server for sluice.
 func writeCluster(w io.Writer, bs []*bench) {
 	type key struct {
-		masters, lib string
-		c            int
+		server, lib string
+		c           int
 	}
-	vals := map[key]float64{}
-	var masters, libs []string
+	rates, calls := map[key]float64{}, map[key]float64{}
+	var servers, libs []string
 	var concs []int
 	seen := map[string]bool{}
+	add := func(kind, v string) bool {
+		if seen[kind+v] {
+			return false
+		}
+		seen[kind+v] = true
+		return true
+	}
 	for _, b := range bs {
 		if len(b.parts) != 4 {
 			continue
@@ -487,56 +497,95 @@ func writeCluster(w io.Writer, bs []*bench) {
 		if c < 0 || !ok {
 			continue
 		}
-		vals[key{b.parts[1], b.parts[2], c}] = v
-		for _, s := range []string{"m" + b.parts[1], "l" + b.parts[2], fmt.Sprint("c", c)} {
-			if seen[s] {
-				continue
-			}
-			seen[s] = true
-			switch s[0] {
-			case 'm':
-				masters = append(masters, b.parts[1])
-			case 'l':
-				libs = append(libs, b.parts[2])
-			default:
-				concs = append(concs, c)
-			}
+		k := key{b.parts[1], b.parts[2], c}
+		rates[k] = v
+		if n, ok := b.metric("calls/op"); ok {
+			calls[k] = n
+		}
+		if add("s", k.server) {
+			servers = append(servers, k.server)
+		}
+		if add("l", k.lib) {
+			libs = append(libs, k.lib)
+		}
+		if add("c", fmt.Sprint(c)) {
+			concs = append(concs, c)
 		}
 	}
-	if len(vals) == 0 {
+	if len(rates) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\n#### Redis Cluster on loopback: decisions per second\n")
-	fmt.Fprintf(w, "\n| cluster | library |")
+	label := func(server string) string {
+		switch {
+		case server == "server=single":
+			return "single server"
+		case server == "masters=1":
+			return "cluster, 1 master"
+		case strings.HasPrefix(server, "masters="):
+			return "cluster, " + strings.TrimPrefix(server, "masters=") + " masters"
+		}
+		return server
+	}
+	fmt.Fprintf(w, "\n#### Redis Cluster on loopback: decisions per second (script calls per decision)\n")
+	fmt.Fprintf(w, "\n| server | library |")
 	for _, c := range concs {
 		fmt.Fprintf(w, " c=%d |", c)
 	}
 	fmt.Fprintf(w, "\n|---|---|%s\n", strings.Repeat("--:|", len(concs)))
-	for _, m := range masters {
+	for _, srv := range servers {
 		for _, l := range libs {
-			fmt.Fprintf(w, "| %s | %s |", strings.ReplaceAll(m, "=", " "), name(l))
+			fmt.Fprintf(w, "| %s | %s |", label(srv), name(l))
 			for _, c := range concs {
-				if v, ok := vals[key{m, l, c}]; ok {
-					fmt.Fprintf(w, " %s |", fmtRate(v))
-				} else {
+				k := key{srv, l, c}
+				v, ok := rates[k]
+				switch n, has := calls[k]; {
+				case !ok:
 					fmt.Fprintf(w, " – |")
+				case has:
+					fmt.Fprintf(w, " %s (%.3f) |", fmtRate(v), n)
+				default:
+					fmt.Fprintf(w, " %s |", fmtRate(v))
 				}
 			}
 			fmt.Fprintln(w)
 		}
 	}
-	if len(masters) >= 2 {
-		first, last := masters[0], masters[len(masters)-1]
-		for _, l := range libs {
-			fmt.Fprintf(w, "| %s ÷ %s | %s |", strings.ReplaceAll(last, "=", " "), strings.ReplaceAll(first, "=", " "), name(l))
+	ratio := func(a, b key) string {
+		x, ok1 := rates[a]
+		y, ok2 := rates[b]
+		if !ok1 || !ok2 || y <= 0 {
+			return " – |"
+		}
+		return fmt.Sprintf(" %.2f× |", x/y)
+	}
+	var sluice, peer string
+	for _, l := range libs {
+		if isSluice(l) && sluice == "" {
+			sluice = l
+		} else if !isSluice(l) && peer == "" {
+			peer = l
+		}
+	}
+	if sluice == "" {
+		return
+	}
+	if peer != "" {
+		for _, srv := range servers {
+			fmt.Fprintf(w, "| %s | %s ÷ %s |", label(srv), name(sluice), name(peer))
 			for _, c := range concs {
-				a, ok1 := vals[key{last, l, c}]
-				b, ok2 := vals[key{first, l, c}]
-				if ok1 && ok2 && b > 0 {
-					fmt.Fprintf(w, " %.2f× |", a/b)
-				} else {
-					fmt.Fprintf(w, " – |")
-				}
+				fmt.Fprint(w, ratio(key{srv, sluice, c}, key{srv, peer, c}))
+			}
+			fmt.Fprintln(w)
+		}
+	}
+	if seen["sserver=single"] {
+		for _, srv := range servers {
+			if srv == "server=single" {
+				continue
+			}
+			fmt.Fprintf(w, "| %s ÷ single server | %s |", label(srv), name(sluice))
+			for _, c := range concs {
+				fmt.Fprint(w, ratio(key{srv, sluice, c}, key{"server=single", sluice, c}))
 			}
 			fmt.Fprintln(w)
 		}

@@ -27,8 +27,11 @@ BenchmarkAllow/ulule/c=64-2          	   41070	     67221 ns/op	    100000 decis
 BenchmarkAllow/raw_evalsha/c=1-2     	   41070	     67221 ns/op	    100000 decisions/s	      18 p50-us	     26 p99-us	     304 B/op	      10 allocs/op
 BenchmarkAllow/throttled/c=64-2      	--- FAIL: BenchmarkAllow/throttled/c=64-2
     harness_test.go:89: 3 of 100 decisions failed; the first: boom
-BenchmarkCluster/masters=1/sluice_gcra/c=64-2 	 1000	 1 ns/op	 100000 decisions/s
-BenchmarkCluster/masters=3/sluice_gcra/c=64-2 	 1000	 1 ns/op	 150000 decisions/s
+BenchmarkCluster/server=single/sluice_gcra/c=64-2 	 1000	 1 ns/op	 0.03 calls/op	 200000 decisions/s
+BenchmarkCluster/server=single/redis_rate/c=64-2 	 1000	 1 ns/op	 1.0 calls/op	 50000 decisions/s
+BenchmarkCluster/masters=1/sluice_gcra/c=64-2 	 1000	 1 ns/op	 0.031 calls/op	 180000 decisions/s
+BenchmarkCluster/masters=1/redis_rate/c=64-2 	 1000	 1 ns/op	 1.0 calls/op	 40000 decisions/s
+BenchmarkCluster/masters=3/sluice_gcra/c=64-2 	 1000	 1 ns/op	 0.094 calls/op	 150000 decisions/s
 BenchmarkPipelinedEvalSha/batch=32-2 	 541474	 2257 ns/op	 1.351 cli-us/op	 443070 decisions/s	 1.094 script-us/call	 1.852 srv-us/op	 276 B/op	 5 allocs/op
 BenchmarkLatency-2 	 1000	 400000 ns/op	 100.0 redis_rate-p50-us	 200 redis_rate-p99-us	 105.0 sluice_gcra-p50-us	 300 sluice_gcra-p99-us	 90.0 ulule-p50-us	 150 ulule-p99-us
 BenchmarkTurns-2 	 1	 33000000000 ns/op	 270000 sluice_gcra-decisions/s	 3.500 sluice_gcra-srv-us/op	 4.000 sluice_gcra-cli-us/op	 60000 redis_rate-decisions/s	 14.00 redis_rate-srv-us/op	 90000 ulule-decisions/s	 10.50 ulule-srv-us/op	 150000 sluice_policy-decisions/s	 30000 redis_rate_two-decisions/s	 40000 ulule_two-decisions/s	 150000 sluice_sliding_window_log-decisions/s
@@ -70,7 +73,11 @@ func TestReport(t *testing.T) {
 		"| sluice GCRA | 105 | 1.05× |",
 		"| ulule/limiter v3 (fixed window) | 90.0 | 0.90× |",
 		"GCRA +30",
-		"| masters 3 ÷ masters 1 | sluice GCRA | 1.50× |",
+		"| cluster, 1 master | sluice GCRA | 180k (0.031) |",
+		"| cluster, 3 masters | sluice GCRA | 150k (0.094) |",
+		"| cluster, 1 master | sluice GCRA ÷ redis_rate v10 (GCRA) | 4.50× |",
+		"| cluster, 3 masters | sluice GCRA ÷ redis_rate v10 (GCRA) | – |",
+		"| cluster, 1 master ÷ single server | sluice GCRA | 0.90× |",
 		"| c=1 | 9.00k | 50.0 / 80.0 | 50 / 2500 B | +10 allocs / +452 B |",
 		"| sluice GCRA | 104 B | 1 | embstr | 1m0s |",
 		"| batch 32 | 443k | 1.35 · 1.85 · 1.09 | 5 / 276 B |",
