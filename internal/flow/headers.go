@@ -178,10 +178,17 @@ func ruleResults(res core.Result) []core.RuleResult {
 	}}
 }
 
+// formatBuffer is the size of the buffer on the stack in which Policy and
+// RateLimit format a value, so that a value up to that long costs one
+// allocation, the string: a few rules with long names and the largest
+// numbers. (A longer value grows the buffer on the heap.)
+const formatBuffer = 256
+
 // Policy formats the RateLimit-Policy field: one item per rule,
 // `"name";q=<quota>;w=<window in whole seconds>` (see Quota).
 func Policy(rules []core.RuleResult) string {
-	b := make([]byte, 0, 32*len(rules))
+	var buf [formatBuffer]byte
+	b := buf[:0]
 	for i, rr := range rules {
 		if i > 0 {
 			b = append(b, ", "...)
@@ -229,7 +236,8 @@ func Quota(limit core.Limit) (q, w int64) {
 // it denies and its ResetAfter otherwise, in whole seconds rounded up. r
 // never exceeds the rule's q in RateLimit-Policy (see Quota).
 func RateLimit(rules []core.RuleResult) string {
-	b := make([]byte, 0, 32*len(rules))
+	var buf [formatBuffer]byte
+	b := buf[:0]
 	for i, rr := range rules {
 		if i > 0 {
 			b = append(b, ", "...)

@@ -242,3 +242,25 @@ func TestLegacyHeadersAllocations(t *testing.T) {
 		t.Errorf("legacy headers: %.0f allocations, want at most 2 (the epoch seconds and one array for the three values)", parse)
 	}
 }
+
+// The draft headers of a lone middleware cost two allocations whatever the
+// rule's name and numbers: the RateLimit value and one array for both
+// values (RateLimit-Policy comes formatted from the flow's cache). The
+// longest algorithm name, a large remaining count and a long reset once
+// outgrew the formatting buffer and cost a third.
+func TestDraftHeadersAllocations(t *testing.T) {
+	for _, name := range []string{"gcra", string(core.SlidingWindowCounter), "a-policy-rule-named-at-length"} {
+		rr := rule(name, 1<<30, 24*time.Hour)
+		rr.Remaining, rr.ResetAfter = 1<<30-1, 23*time.Hour
+		res := core.Result{Allowed: true, Limit: rr.Limit, Remaining: rr.Remaining, Rule: name, Rules: []core.RuleResult{rr}}
+		policy := Policy(res.Rules)
+		h := http.Header{}
+		n := testing.AllocsPerRun(100, func() {
+			clear(h)
+			setHeaders(h, HeadersDraft, res, policy, time.Time{})
+		})
+		if n > 2 {
+			t.Errorf("%s: draft headers: %.0f allocations, want at most 2 (the RateLimit value and one array for both values); RateLimit: %s", name, n, h.Get(headerRateLimit))
+		}
+	}
+}
