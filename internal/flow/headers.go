@@ -43,7 +43,8 @@ var (
 // remaining than the one they describe: they stay the most restrictive.
 //
 // The draft headers of a lone middleware cost two allocations: the
-// RateLimit value and one backing array for both values.
+// RateLimit value and one backing array for both values; the legacy ones
+// two more: one string for their three numbers and one array.
 //
 // When a middleware before this one has set the draft fields, it returns
 // res's rules as those fields name them (a copy, see addItems), and nil
@@ -78,7 +79,15 @@ func setHeaders(h http.Header, m HeaderMode, res core.Result, policy string, now
 				break
 			}
 		}
-		vals := []string{itoa(limit), itoa(remaining), itoa(ceilUnix(now.Add(reset)))}
+		// One string holds the three numbers, each value a substring of it.
+		var buf [3 * 20]byte
+		b := strconv.AppendInt(buf[:0], limit, 10)
+		i := len(b)
+		b = strconv.AppendInt(b, remaining, 10)
+		j := len(b)
+		b = strconv.AppendInt(b, ceilUnix(now.Add(reset)), 10)
+		all := string(b)
+		vals := []string{all[:i], all[i:j], all[j:]}
 		h[keyLimit], h[keyRemaining], h[keyReset] = vals[0:1:1], vals[1:2:2], vals[2:3:3]
 	}
 	return renamed
