@@ -41,6 +41,9 @@ func BenchmarkAdmit(b *testing.B) {
 	}
 	header := New(lim, []Option{WithKey(keyfunc.Header("X-Api-Key"))})
 	peer := New[Option](lim, nil)
+	anonymous := httptest.NewRequest("GET", "/", nil) // no X-Api-Key: a key error, then the peer address
+	anonymous.RemoteAddr = req.RemoteAddr
+	quiet := New(lim, []Option{WithKey(keyfunc.Header("X-Api-Key")), WithErrorHandler(func(*http.Request, error) {})})
 	w := &benchWriter{h: http.Header{}}
 	for _, tc := range []struct {
 		name string
@@ -51,6 +54,8 @@ func BenchmarkAdmit(b *testing.B) {
 		{"admit/header", func() { clear(w.h); header.Admit(w, req, nil) }},
 		{"key/peer", func() { peer.key(w, req, nil) }},
 		{"key/header", func() { header.key(w, req, nil) }},
+		{"key/header missing, default error log", func() { header.key(w, anonymous, nil) }},
+		{"key/header missing, error handler", func() { quiet.key(w, anonymous, nil) }},
 		{"policy", func() { peer.policy(res) }},
 		{"headers", func() { clear(w.h); setHeaders(w.h, HeadersDraft, res, peer.policy(res), time.Now()) }},
 		{"context", func() { req.Context().Err() }},

@@ -233,7 +233,7 @@ func (f *Flow) Admit(w http.ResponseWriter, r *http.Request, rc any) bool {
 		// Never deny, never hold, tell the client nothing; the limiter's
 		// observer counts what it would have denied.
 		if err != nil && r.Context().Err() == nil {
-			c.OnError(r, fmt.Errorf("sluice: rate-limit decision failed (shadow mode): %w", err))
+			c.OnError(r, &prefixError{"sluice: rate-limit decision failed (shadow mode): ", err})
 		}
 		return true
 	}
@@ -251,7 +251,7 @@ func (f *Flow) Admit(w http.ResponseWriter, r *http.Request, rc any) bool {
 			http.Error(w, fmt.Sprintf("request cost %d exceeds the rate limit", n), http.StatusRequestEntityTooLarge)
 			return false
 		}
-		err = fmt.Errorf("sluice: rate-limit decision failed: %w", err)
+		err = &prefixError{"sluice: rate-limit decision failed: ", err}
 		if res.Rules == nil {
 			// Nothing decided: the failure mode does. (A limiter with
 			// FailLocal decides with its in-process twin and fills in
@@ -318,9 +318,9 @@ func (f *Flow) key(w http.ResponseWriter, r *http.Request, rc any) (string, bool
 		return key, true
 	}
 	if err == nil {
-		err = errors.New("the key function returned an empty key")
+		err = errEmptyKey
 	}
-	c.OnError(r, fmt.Errorf("%w: %w", ErrKey, err))
+	c.OnError(r, &keyError{err})
 	if c.KeyErrorReject && !c.Shadow { // shadow mode never denies
 		plainError(w, bodyBadKey, http.StatusBadRequest)
 		return "", false
