@@ -37,3 +37,22 @@ func TestMiddlewareAllocBudget(t *testing.T) {
 	req.RemoteAddr = "203.0.113.7:4711"
 	flowtest.CheckAllocBudget(t, lim, h, req, "ip:203.0.113.7")
 }
+
+// TestDenyAllocBudget holds a denial to flowtest.DenyAllocBudget
+// allocations beyond the core decision, as nethttp's.
+func TestDenyAllocBudget(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts differ under -race")
+	}
+	rdb := redistest.Client(t)
+	lim, err := core.New(rdb, core.GCRA, core.PerMinute(1), core.WithPrefix("chi-deny-alloc"), core.WithTimeout(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := chi.NewRouter()
+	mux.Get("/users/{id}", func(http.ResponseWriter, *http.Request) {})
+	h := New(lim)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	req := rootRequest(mux, "GET", "/users/7")
+	req.RemoteAddr = "203.0.113.7:4711"
+	flowtest.CheckDenyAllocBudget(t, lim, h, req, "ip:203.0.113.7")
+}

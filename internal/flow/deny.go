@@ -14,7 +14,28 @@ const ProblemType = "https://iana.org/assignments/http-problem-types#quota-excee
 
 // DenyPlain answers 429 Too Many Requests with a text/plain body.
 func DenyPlain(w http.ResponseWriter, _ *http.Request, _ core.Result) {
-	http.Error(w, "Too Many Requests", http.StatusTooManyRequests)
+	plainError(w, bodyTooManyRequests, http.StatusTooManyRequests)
+}
+
+// The bodies of the flow's own text/plain answers (see plainError).
+var (
+	bodyTooManyRequests = []byte("Too Many Requests\n")
+	bodyLate            = []byte("Service Unavailable: request deadline exceeded\n")
+	bodyBadKey          = []byte("Bad Request: cannot identify the client for rate limiting\n")
+	bodyUnavailable     = []byte("Service Unavailable: rate limiter unavailable\n")
+)
+
+// plainError answers as http.Error does, with the same headers, status
+// and body (body ends with its newline), for one allocation, one array for
+// both header values, instead of http.Error's three and its fmt call.
+// (Write must neither keep nor change body, so the bodies are shared.)
+func plainError(w http.ResponseWriter, body []byte, code int) {
+	h := w.Header()
+	h.Del("Content-Length") // may be for other content, as http.Error says
+	vals := []string{"text/plain; charset=utf-8", "nosniff"}
+	h["Content-Type"], h["X-Content-Type-Options"] = vals[0:1:1], vals[1:2:2]
+	w.WriteHeader(code)
+	w.Write(body)
 }
 
 // problem is an RFC 9457 problem details object.

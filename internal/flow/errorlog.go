@@ -48,15 +48,20 @@ type kindLog struct {
 }
 
 // lateError marks the errors of requests answered 503 because their own
-// deadline ended before they could be served.
+// deadline ended before they could be served: it is errLate (see kindOf).
 type lateError struct{ error }
 
-func (e lateError) Unwrap() error { return e.error }
+func (e lateError) Unwrap() error        { return e.error }
+func (e lateError) Is(target error) bool { return target == errLate }
+
+// errLate is what a lateError is, for kindOf, which finds it with
+// errors.Is: errors.As would move its target to the heap, an allocation
+// per error.
+var errLate = errors.New("sluice: the request's deadline came first")
 
 func kindOf(err error) int {
-	var late lateError
 	switch {
-	case errors.As(err, &late):
+	case errors.Is(err, errLate):
 		return kindLate
 	case errors.Is(err, ErrKey):
 		return kindKey

@@ -233,7 +233,7 @@ func (f *Flow) Admit(w http.ResponseWriter, r *http.Request, rc any) bool {
 		// Never deny, never hold, tell the client nothing; the limiter's
 		// observer counts what it would have denied.
 		if err != nil && r.Context().Err() == nil {
-			c.OnError(r, fmt.Errorf("sluice: rate-limit decision failed (shadow mode): %w", err))
+			c.OnError(r, &prefixError{"sluice: rate-limit decision failed (shadow mode): ", err})
 		}
 		return true
 	}
@@ -251,7 +251,7 @@ func (f *Flow) Admit(w http.ResponseWriter, r *http.Request, rc any) bool {
 			http.Error(w, fmt.Sprintf("request cost %d exceeds the rate limit", n), http.StatusRequestEntityTooLarge)
 			return false
 		}
-		err = fmt.Errorf("sluice: rate-limit decision failed: %w", err)
+		err = &prefixError{"sluice: rate-limit decision failed: ", err}
 		if res.Rules == nil {
 			// Nothing decided: the failure mode does. (A limiter with
 			// FailLocal decides with its in-process twin and fills in
@@ -270,7 +270,11 @@ func (f *Flow) Admit(w http.ResponseWriter, r *http.Request, rc any) bool {
 		// r=0 would make it back off from a limit nobody enforces).
 		return true
 	}
-	renamed := setHeaders(w.Header(), c.Headers, res, f.policy(res), time.Now())
+	var now time.Time // read only for X-RateLimit-Reset, the only field in absolute time
+	if c.Headers == HeadersLegacy || c.Headers == HeadersBoth {
+		now = time.Now()
+	}
+	renamed := setHeaders(w.Header(), c.Headers, res, f.policy(res), now)
 	if !res.Allowed {
 		if renamed != nil {
 			res = renameRules(res, renamed) // the deny handler names them as the headers do
@@ -302,7 +306,7 @@ func (f *Flow) Admit(w http.ResponseWriter, r *http.Request, rc any) bool {
 // reports err: writing nothing would leave an empty 200.
 func (f *Flow) late(w http.ResponseWriter, r *http.Request, err error) bool {
 	f.cfg.OnError(r, lateError{err})
-	http.Error(w, "Service Unavailable: request deadline exceeded", http.StatusServiceUnavailable)
+	plainError(w, bodyLate, http.StatusServiceUnavailable)
 	return false
 }
 
@@ -314,11 +318,11 @@ func (f *Flow) key(w http.ResponseWriter, r *http.Request, rc any) (string, bool
 		return key, true
 	}
 	if err == nil {
-		err = errors.New("the key function returned an empty key")
+		err = errEmptyKey
 	}
-	c.OnError(r, fmt.Errorf("%w: %w", ErrKey, err))
+	c.OnError(r, &keyError{err})
 	if c.KeyErrorReject && !c.Shadow { // shadow mode never denies
-		http.Error(w, "Bad Request: cannot identify the client for rate limiting", http.StatusBadRequest)
+		plainError(w, bodyBadKey, http.StatusBadRequest)
 		return "", false
 	}
 	key, err = f.peer(r)
@@ -338,7 +342,7 @@ func (f *Flow) fail(w http.ResponseWriter, r *http.Request, err error, closed bo
 		return true
 	}
 	if f.cfg.FailureMode == core.FailClosed || closed {
-		http.Error(w, "Service Unavailable: rate limiter unavailable", http.StatusServiceUnavailable)
+		plainError(w, bodyUnavailable, http.StatusServiceUnavailable)
 		return false
 	}
 	return true

@@ -43,7 +43,8 @@ var (
 // remaining than the one they describe: they stay the most restrictive.
 //
 // The draft headers of a lone middleware cost two allocations: the
-// RateLimit value and one backing array for both values.
+// RateLimit value and one backing array for both values; the legacy ones
+// two more: one string for their three numbers and one array.
 //
 // When a middleware before this one has set the draft fields, it returns
 // res's rules as those fields name them (a copy, see addItems), and nil
@@ -78,7 +79,15 @@ func setHeaders(h http.Header, m HeaderMode, res core.Result, policy string, now
 				break
 			}
 		}
-		vals := []string{itoa(limit), itoa(remaining), itoa(ceilUnix(now.Add(reset)))}
+		// One string holds the three numbers, each value a substring of it.
+		var buf [3 * 20]byte
+		b := strconv.AppendInt(buf[:0], limit, 10)
+		i := len(b)
+		b = strconv.AppendInt(b, remaining, 10)
+		j := len(b)
+		b = strconv.AppendInt(b, ceilUnix(now.Add(reset)), 10)
+		all := string(b)
+		vals := []string{all[:i], all[i:j], all[j:]}
 		h[keyLimit], h[keyRemaining], h[keyReset] = vals[0:1:1], vals[1:2:2], vals[2:3:3]
 	}
 	return renamed
@@ -178,10 +187,17 @@ func ruleResults(res core.Result) []core.RuleResult {
 	}}
 }
 
+// formatBuffer is the size of the buffer on the stack in which Policy and
+// RateLimit format a value, so that a value up to that long costs one
+// allocation, the string: a few rules with long names and the largest
+// numbers. (A longer value grows the buffer on the heap.)
+const formatBuffer = 256
+
 // Policy formats the RateLimit-Policy field: one item per rule,
 // `"name";q=<quota>;w=<window in whole seconds>` (see Quota).
 func Policy(rules []core.RuleResult) string {
-	b := make([]byte, 0, 32*len(rules))
+	var buf [formatBuffer]byte
+	b := buf[:0]
 	for i, rr := range rules {
 		if i > 0 {
 			b = append(b, ", "...)
@@ -229,7 +245,8 @@ func Quota(limit core.Limit) (q, w int64) {
 // it denies and its ResetAfter otherwise, in whole seconds rounded up. r
 // never exceeds the rule's q in RateLimit-Policy (see Quota).
 func RateLimit(rules []core.RuleResult) string {
-	b := make([]byte, 0, 32*len(rules))
+	var buf [formatBuffer]byte
+	b := buf[:0]
 	for i, rr := range rules {
 		if i > 0 {
 			b = append(b, ", "...)

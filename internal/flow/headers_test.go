@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -225,20 +226,54 @@ func TestQuota(t *testing.T) {
 	}
 }
 
-// The legacy headers of a lone middleware cost two allocations: the epoch
-// seconds and one array for the three values. (Parsing the absent fields
-// of an outer middleware cost one each, strconv's error for "", and
-// canonicalising each name one more.)
+// The legacy headers of a lone middleware cost two allocations whatever
+// their numbers: one string holding the three values and one array for
+// them. (Parsing the absent fields of an outer middleware cost one each,
+// strconv's error for "", and canonicalising each name one more.) Limits
+// and counts of three digits or more once cost one more each.
 func TestLegacyHeadersAllocations(t *testing.T) {
-	res := core.Result{Allowed: true, Limit: core.PerSecond(10), Remaining: 9, Rule: "r",
-		Rules: []core.RuleResult{rule("r", 10, time.Second)}}
-	h := http.Header{}
-	now := time.Now()
-	parse := testing.AllocsPerRun(100, func() {
-		clear(h)
-		setHeaders(h, HeadersLegacy, res, "", now)
-	})
-	if parse > 2 {
-		t.Errorf("legacy headers: %.0f allocations, want at most 2 (the epoch seconds and one array for the three values)", parse)
+	for _, limit := range []core.Limit{core.PerSecond(10), core.PerHour(1 << 30)} {
+		rr := rule("r", limit.Rate, limit.Period)
+		rr.Remaining, rr.ResetAfter = limit.Rate-1, limit.Period
+		res := core.Result{Allowed: true, Limit: limit, Remaining: rr.Remaining, Rule: "r", Rules: []core.RuleResult{rr}}
+		h := http.Header{}
+		now := time.Now()
+		parse := testing.AllocsPerRun(100, func() {
+			clear(h)
+			setHeaders(h, HeadersLegacy, res, "", now)
+		})
+		if parse > 2 {
+			t.Errorf("%s: legacy headers: %.0f allocations, want at most 2 (one string for the three values and one array for them)", limit, parse)
+		}
+		want := http.Header{
+			"X-Ratelimit-Limit":     {strconv.Itoa(limit.Rate)},
+			"X-Ratelimit-Remaining": {strconv.Itoa(limit.Rate - 1)},
+			"X-Ratelimit-Reset":     {strconv.FormatInt(ceilUnix(now.Add(limit.Period)), 10)},
+		}
+		if !reflect.DeepEqual(h, want) {
+			t.Errorf("%s: legacy headers %v, want %v", limit, h, want)
+		}
+	}
+}
+
+// The draft headers of a lone middleware cost two allocations whatever the
+// rule's name and numbers: the RateLimit value and one array for both
+// values (RateLimit-Policy comes formatted from the flow's cache). The
+// longest algorithm name, a large remaining count and a long reset once
+// outgrew the formatting buffer and cost a third.
+func TestDraftHeadersAllocations(t *testing.T) {
+	for _, name := range []string{"gcra", string(core.SlidingWindowCounter), "a-policy-rule-named-at-length"} {
+		rr := rule(name, 1<<30, 24*time.Hour)
+		rr.Remaining, rr.ResetAfter = 1<<30-1, 23*time.Hour
+		res := core.Result{Allowed: true, Limit: rr.Limit, Remaining: rr.Remaining, Rule: name, Rules: []core.RuleResult{rr}}
+		policy := Policy(res.Rules)
+		h := http.Header{}
+		n := testing.AllocsPerRun(100, func() {
+			clear(h)
+			setHeaders(h, HeadersDraft, res, policy, time.Time{})
+		})
+		if n > 2 {
+			t.Errorf("%s: draft headers: %.0f allocations, want at most 2 (the RateLimit value and one array for both values); RateLimit: %s", name, n, h.Get(headerRateLimit))
+		}
 	}
 }

@@ -1,9 +1,13 @@
 package flow
 
 import (
+	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"testing"
+
+	"github.com/sluicehq/sluice/keyfunc"
 )
 
 // TestContextRouteKeyAllocations: inside an adapter, which has set
@@ -50,5 +54,59 @@ func TestReadsRoute(t *testing.T) {
 		if got := New(nil, c.opts).ReadsRoute(); got != c.want {
 			t.Errorf("%s: ReadsRoute() = %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+// TestKeyErrorCost: a request whose key function fails (every anonymous
+// request under an API-key key) is limited by its peer address for two
+// allocations, the error handed to the error handler and the peer's key,
+// and the error reads and unwraps as "%w: %w" of ErrKey and the key
+// function's error.
+func TestKeyErrorCost(t *testing.T) {
+	var got error
+	f := New(nil, []Option{
+		WithKey(keyfunc.Header("X-Api-Key")),
+		WithErrorHandler(func(_ *http.Request, err error) { got = err }),
+	})
+	r := httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = "203.0.113.7:4711"
+	if key, ok := f.key(httptest.NewRecorder(), r, nil); !ok || key != "ip:203.0.113.7" {
+		t.Fatalf("key %q, %v; want the peer's", key, ok)
+	}
+	_, cause := keyfunc.Header("X-Api-Key")(r)
+	want := fmt.Errorf("%w: %w", ErrKey, cause)
+	if got == nil || got.Error() != want.Error() || !errors.Is(got, ErrKey) || !errors.Is(got, keyfunc.ErrNoKey) {
+		t.Errorf("error %v; want %v, wrapping ErrKey and keyfunc.ErrNoKey", got, want)
+	}
+	var ke *keyfunc.KeyError
+	if !errors.As(got, &ke) || ke.Source != "X-Api-Key" {
+		t.Errorf("error %v: want a *keyfunc.KeyError from X-Api-Key in its chain", got)
+	}
+	if kindOf(got) != kindKey {
+		t.Errorf("kind %s, want key", kindNames[kindOf(got)])
+	}
+	if raceEnabled {
+		return // allocation counts differ under -race
+	}
+	w := &benchWriter{h: http.Header{}}
+	if n := testing.AllocsPerRun(100, func() { f.key(w, r, nil) }); n > 2 {
+		t.Errorf("%.0f allocations per key error; want at most 2 (the error and the peer's key)", n)
+	}
+	// The default error handler, past its first line, only counts.
+	captureLog(t)
+	logged := New(nil, []Option{WithKey(keyfunc.Header("X-Api-Key"))})
+	if n := testing.AllocsPerRun(100, func() { logged.key(w, r, nil) }); n > 2 {
+		t.Errorf("%.0f allocations per key error with the default error handler; want at most 2 (the error and the peer's key)", n)
+	}
+}
+
+// TestPrefixError: the error of a failed decision reads and unwraps as
+// fmt.Errorf(prefix+"%w", err).
+func TestPrefixError(t *testing.T) {
+	cause := fmt.Errorf("dial: %w", errors.ErrUnsupported)
+	got := error(&prefixError{"sluice: rate-limit decision failed: ", cause})
+	want := fmt.Errorf("sluice: rate-limit decision failed: %w", cause)
+	if got.Error() != want.Error() || !errors.Is(got, errors.ErrUnsupported) || errors.Unwrap(got) != cause || kindOf(got) != kindDecision {
+		t.Errorf("%v; want %v, wrapping its cause, of kind decision", got, want)
 	}
 }
