@@ -119,7 +119,7 @@ local function fw_take(key, now, rate, period, _, n, tick)
   if n ~= 1 then
     ns = int(n)
   end
-  local x = redis.pcall('INCRBY', key, ns)
+  local x = pcall_redis('INCRBY', key, ns)
   if type(x) ~= 'number' then
     return nil
   end

@@ -196,7 +196,7 @@ local function meter_lone(key, now, rate, event, cap, n, consume, shapes, tick, 
     local end_ = tat - tat % cell + cell -- cell_ttl(was, tat, now, cell)
     local keep, ttl = was and was - was % cell + cell == end_, end_ - now
     if keep then
-      if redis.pcall('INCRBY', key, format('%d', tat - was)) ~= tat then
+      if pcall_redis('INCRBY', key, format('%d', tat - was)) ~= tat then
         call('SET', key, format('%d', tat), 'KEEPTTL') -- (see prelude.lua)
       end
     else

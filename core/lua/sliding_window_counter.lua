@@ -169,7 +169,7 @@ local function swc_take(key, now, rate, period, place, n, tick, tags)
   if n ~= 1 then
     ns = int(n)
   end
-  local x = redis.pcall('INCRBY', key, ns)
+  local x = pcall_redis('INCRBY', key, ns)
   if type(x) ~= 'number' then
     return nil
   end
