@@ -114,12 +114,12 @@ local function fw_take(key, now, rate, period, _, n, tick)
   if n > rate then
     return nil
   end
-  local w = idiv(now, period)
+  local w = (now - now % period) / period -- idiv, written out (see meter_lone)
   local ns = '1'
   if n ~= 1 then
     ns = int(n)
   end
-  local x = redis.pcall('INCRBY', key, ns)
+  local x = pcall_redis('INCRBY', key, ns)
   if type(x) ~= 'number' then
     return nil
   end

@@ -161,6 +161,8 @@ end
 -- answers and writes. It spares Redis a tenth of a GCRA decision (24.4k
 -- instructions against 27.0k): a Lua call, the results passed between
 -- meter and the loop, and the branches for the cases it leaves to meter.
+-- idiv and cell_ttl are written out here: a Lua call costs Redis about
+-- 600 instructions, a twentieth of the decision.
 local function meter_lone(key, now, rate, event, cap, n, consume, shapes, tick, cell)
   local debt, wait = 0, 0 -- in units; in ticks, until untouched
   local was = nil
@@ -179,7 +181,8 @@ local function meter_lone(key, now, rate, event, cap, n, consume, shapes, tick, 
     end
   end
   local need = n * event
-  local avail = idiv(cap - debt, event)
+  local avail = cap - debt
+  avail = (avail - avail % event) / event -- idiv(cap - debt, event)
   if debt + need > cap then
     return avail * 4, wait * tick, ceildiv(debt + need - cap, rate) * tick
   end
@@ -190,9 +193,10 @@ local function meter_lone(key, now, rate, event, cap, n, consume, shapes, tick, 
   if consume then
     local whole = (debt + need) / rate
     local tat = now + whole
-    local keep, ttl = cell_ttl(was, tat, now, cell)
+    local end_ = tat - tat % cell + cell -- cell_ttl(was, tat, now, cell)
+    local keep, ttl = was and was - was % cell + cell == end_, end_ - now
     if keep then
-      if redis.pcall('INCRBY', key, format('%d', tat - was)) ~= tat then
+      if pcall_redis('INCRBY', key, format('%d', tat - was)) ~= tat then
         call('SET', key, format('%d', tat), 'KEEPTTL') -- (see prelude.lua)
       end
     else

@@ -241,13 +241,14 @@ else
     -- to meter_lone first (see meter.lua)
     local lone = alg == meter and p < 0 and b % a == 0
     local shapes = p == -1
+    local keys = KEYS -- a global: a table lookup at each use
     while d <= count do
       local n = unit or ARGV[base + d - 1] + 0
       local consume = n > 0
       if not consume then
         n = -n
       end
-      local key = KEYS[d]
+      local key = keys[d]
       local h, reset, extra -- the answer, once meter_lone or alg gave it
       if lone then
         h, reset, extra = meter_lone(key, now, a, b, c, n, consume, shapes, tick, e)
@@ -278,7 +279,7 @@ else
           if keep then
             if keep == true then
               call('SET', key, write, 'KEEPTTL')
-            elseif redis.pcall('INCRBY', key, keep) ~= write then
+            elseif pcall_redis('INCRBY', key, keep) ~= write then
               call('SET', key, int(write), 'KEEPTTL') -- (see prelude.lua)
             end
           elseif type(write) == 'string' then

@@ -75,7 +75,8 @@ local function swc_decide(w, p, c, now, rate, period, n)
   local used = p * (period - e) + c * period
   local avail = 0
   if used < cap then
-    avail = idiv(cap - used, period)
+    avail = cap - used
+    avail = (avail - avail % period) / period -- idiv, written out (see meter_lone)
   end
   local reset_before = 0
   if c > 0 then
@@ -168,11 +169,11 @@ local function swc_take(key, now, rate, period, place, n, tick, tags)
   if n ~= 1 then
     ns = int(n)
   end
-  local x = redis.pcall('INCRBY', key, ns)
+  local x = pcall_redis('INCRBY', key, ns)
   if type(x) ~= 'number' then
     return nil
   end
-  local w = idiv(now, period)
+  local w = (now - now % period) / period -- idiv, written out (see meter_lone)
   local sw, p, c = swc_window(key, x, now, w, period, tick, place, tags)
   if sw and sw >= w then -- this window's value, or one ahead: c holds the n events
     local ok, avail, retry, reset_before, reset_after = swc_decide(sw, p, c - n, now, rate, period, n)
