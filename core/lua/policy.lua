@@ -241,7 +241,7 @@ else
     -- to meter_lone first (see meter.lua)
     local lone = alg == meter and p < 0 and b % a == 0
     local shapes = p == -1
-    local keys = KEYS -- a global: a table lookup at each use
+    local keys = KEYS -- an upvalue here: a local reads faster
     while d <= count do
       local n = unit or ARGV[base + d - 1] + 0
       local consume = n > 0
