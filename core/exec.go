@@ -312,6 +312,11 @@ func (g *scriptGroup) build(ctx context.Context, ruleArgs []interface{}) {
 	clear(g.args)
 	g.args = appendScriptCall(g.args[:0], g.source, g.cross, g.calls, ruleArgs)
 	g.cmd = redis.NewIntSliceCmd(ctx, g.args...)
+	if g.cross {
+		// Routed by its first key, which it does not declare (see
+		// appendScriptCall): go-redis sends it to that key's master.
+		g.cmd.SetFirstKeyPos(crossKeyPos)
+	}
 	g.fresh = false
 }
 
