@@ -4,45 +4,73 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
+// crossReq is one request of a batch that crossBatch sends: Allow is
+// {key, true, 1}, Peek {key, false, 1}.
+type crossReq struct {
+	key     string
+	consume bool
+	n       int
+}
+
 // crossBatch decides the keys in one batch of lim's batcher, in order, as
-// its flusher would send them (one script call per master), and returns
-// each key's answer (Allowed) or error.
+// its flusher would send them (one script call per master), each consuming
+// 1, and returns each key's answer (Allowed) or error.
 func crossBatch(t *testing.T, lim *Limiter, keys []string) ([]bool, []error) {
 	t.Helper()
-	batch := make([]*call, len(keys))
+	reqs := make([]crossReq, len(keys))
 	for i, k := range keys {
+		reqs[i] = crossReq{k, true, 1}
+	}
+	res, errs := crossDecide(t, lim, reqs)
+	allowed := make([]bool, len(keys))
+	for i, r := range res {
+		allowed[i] = r.Allowed
+	}
+	return allowed, errs
+}
+
+// crossDecide decides reqs in one batch of lim's batcher, in order, as its
+// flusher would send them, and returns each request's Result or error.
+func crossDecide(t *testing.T, lim *Limiter, reqs []crossReq) ([]Result, []error) {
+	t.Helper()
+	batch := make([]*call, len(reqs))
+	for i, q := range reqs {
 		c := getCall(callScript)
-		stored := storedKey(k)
+		stored := storedKey(q.key)
 		c.keys = lim.appendKeys(c.keys, stored)
-		c.args = appendArgs(c.args, true, 1)
-		c.unit = true
+		c.args = appendArgs(c.args, q.consume, q.n)
+		c.unit = q.consume && q.n == 1
 		c.slot = clusterSlot(stored)
 		c.deadline = time.Now().Add(10 * time.Second)
 		batch[i] = c
 	}
 	lim.batch.exec(&execScratch{}, batch)
-	allowed, errs := make([]bool, len(keys)), make([]error, len(keys))
+	res, errs := make([]Result, len(reqs)), make([]error, len(reqs))
 	for i, c := range batch {
 		select {
 		case <-c.done:
 		default:
-			t.Fatalf("key %q: not answered when exec returned", keys[i])
+			t.Fatalf("request %d (%q): not answered when exec returned", i, reqs[i].key)
 		}
 		if c.state.Load() != callAnswered {
-			t.Fatalf("key %q: state %d, want answered", keys[i], c.state.Load())
+			t.Fatalf("request %d (%q): state %d, want answered", i, reqs[i].key, c.state.Load())
 		}
 		errs[i] = c.err
 		if c.err == nil {
-			allowed[i] = buildResult(lim.rules, c.res).Allowed
+			if len(c.res) != 1+5*len(lim.rules) {
+				t.Fatalf("request %d (%q): %d values, want %d", i, reqs[i].key, len(c.res), 1+5*len(lim.rules))
+			}
+			res[i] = buildResult(lim.rules, c.res)
 		}
 	}
-	return allowed, errs
+	return res, errs
 }
 
 // keyInSlot returns a user key, beginning with base, whose stored key lies
@@ -63,6 +91,8 @@ func keyInSlot(t *testing.T, base string, slot int) string {
 func TestCrossSlotCall(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	t.Run("AskOnRoutingKey", func(t *testing.T) { testCrossAskOnRoutingKey(t, cl) })
+	t.Run("ReplyOffsets", func(t *testing.T) { testCrossReplyOffsets(t, cl, false) })
+	t.Run("ReplyOffsetsPolicy", func(t *testing.T) { testCrossReplyOffsets(t, cl, true) })
 }
 
 // testCrossAskOnRoutingKey: slot S is migrating from master A to master B,
@@ -108,6 +138,94 @@ func testCrossAskOnRoutingKey(t *testing.T, cl *redistest.Cluster) {
 	for i, k := range []string{k1, k3} {
 		if e := errs[2*i]; e != nil || !allowed[2*i] {
 			t.Errorf("%s: allowed %v, %v; want admitted", k, allowed[2*i], e)
+		}
+	}
+}
+
+// testCrossReplyOffsets: one batch bound for one master mixes AllowN of
+// several costs, Peek, Allow and requests the master does not serve
+// (absent keys of a slot being migrated away, answered "not here" and sent
+// again alone), between and around the others: each caller gets its own
+// answer, and each key counts its own requests once. With policy, the
+// limiter has two rules (three integers per rule in the reply).
+func testCrossReplyOffsets(t *testing.T, cl *redistest.Cluster, policy bool) {
+	ctx := context.Background()
+	cc := cl.Client(t)
+	shards, err := cl.Shards(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := shards[1], shards[2]
+	prefix := fmt.Sprintf("cross-offsets-%v-%d", policy, time.Now().UnixNano())
+	rules := []Rule{{Name: "fw", Algorithm: FixedWindow, Limit: PerHour(10)}}
+	if policy {
+		rules = append(rules, Rule{Name: "tb", Algorithm: TokenBucket, Limit: Limit{Rate: 1, Period: 24 * time.Hour, Burst: 20}})
+	}
+	lim, err := NewPolicy(cc, rules, WithPrefix(prefix), WithTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lim.Close()
+	base := a.Slots[0][0]
+	moving := base + 3 // left moved to b
+	if policy {
+		moving = base + 5
+	}
+	var keys []string
+	for i := 0; i < 4; i++ {
+		keys = append(keys, keyInSlot(t, fmt.Sprintf("here%d-", i), base+10+i))
+	}
+	away := []string{keyInSlot(t, "away0-", moving), keyInSlot(t, "away1-", moving)}
+	// Each key has used 2 of its 10 before the batch.
+	for _, k := range append(append([]string{}, keys...), away...) {
+		if _, err := lim.AllowN(ctx, k, 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	na, nb := cl.Node(a.Master), cl.Node(b.Master)
+	// The away keys' counts move to b: a serves them no more, nor does
+	// it serve their slot's absent keys.
+	if err := nb.Do(ctx, "CLUSTER", "SETSLOT", moving, "IMPORTING", a.MasterID).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := na.Do(ctx, "CLUSTER", "SETSLOT", moving, "MIGRATING", b.MasterID).Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, n := range []string{b.Master, a.Master, shards[0].Master} {
+			_ = cl.Node(n).Do(ctx, "CLUSTER", "SETSLOT", moving, "NODE", b.MasterID).Err()
+		}
+	}()
+	host, port, _ := strings.Cut(b.Master, ":")
+	for _, k := range away {
+		for _, rk := range lim.keys(k) {
+			if err := na.Do(ctx, "MIGRATE", host, port, rk, 0, 5000).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	reqs := []crossReq{
+		{away[0], true, 3},  // not here: 2+3 = 5 used, 5 left
+		{keys[0], true, 3},  // 5 left
+		{keys[1], false, 1}, // peek: 8 left
+		{away[1], false, 2}, // not here, peek: 8 left
+		{keys[2], true, 1},  // 7 left
+		{keys[0], true, 4},  // 1 left
+		{away[0], true, 1},  // not here: 4 left
+		{keys[3], true, 9},  // denied: 8 left
+		{keys[1], true, 8},  // 0 left
+		{away[1], true, 1},  // not here: 7 left
+	}
+	want := []int{5, 5, 8, 8, 7, 1, 4, 8, 0, 7}
+	admit := []bool{true, true, true, true, true, true, true, false, true, true}
+	res, errs := crossDecide(t, lim, reqs)
+	for i, q := range reqs {
+		if errs[i] != nil {
+			t.Errorf("request %d %+v: %v", i, q, errs[i])
+			continue
+		}
+		if res[i].Allowed != admit[i] || res[i].Remaining != want[i] {
+			t.Errorf("request %d %+v: allowed %v, remaining %d; want %v, %d", i, q, res[i].Allowed, res[i].Remaining, admit[i], want[i])
 		}
 	}
 }
