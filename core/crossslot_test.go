@@ -2,12 +2,14 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -36,9 +38,16 @@ func crossBatch(t *testing.T, lim *Limiter, keys []string) ([]bool, []error) {
 	return allowed, errs
 }
 
-// crossDecide decides reqs in one batch of lim's batcher, in order, as its
-// flusher would send them, and returns each request's Result or error.
+// crossDecide decides reqs in one batch; see crossDecideThen.
 func crossDecide(t *testing.T, lim *Limiter, reqs []crossReq) ([]Result, []error) {
+	return crossDecideThen(t, lim, reqs, nil)
+}
+
+// crossDecideThen decides reqs in one batch of lim's batcher, in order, as its
+// flusher would send them, and returns each request's Result or error.
+// Before the batch is sent, set is given its calls (to end some waits
+// from a hook, say); a call whose wait ended so is left unanswered.
+func crossDecideThen(t *testing.T, lim *Limiter, reqs []crossReq, set func([]*call)) ([]Result, []error) {
 	t.Helper()
 	batch := make([]*call, len(reqs))
 	for i, q := range reqs {
@@ -51,9 +60,35 @@ func crossDecide(t *testing.T, lim *Limiter, reqs []crossReq) ([]Result, []error
 		c.deadline = time.Now().Add(10 * time.Second)
 		batch[i] = c
 	}
-	lim.batch.exec(&execScratch{}, batch)
+	if set != nil {
+		set(batch)
+	}
+	done := make(chan struct{})
+	go func() {
+		lim.batch.exec(&execScratch{}, batch)
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("exec still sending after 20s (blocked signalling a call twice?)")
+	}
 	res, errs := make([]Result, len(reqs)), make([]error, len(reqs))
 	for i, c := range batch {
+		if s := c.state.Load(); s == callAbandoned || s == callExpired {
+			select {
+			case <-c.done:
+				if s == callAbandoned {
+					t.Errorf("request %d (%q): given up by its caller, yet signalled", i, reqs[i].key)
+				}
+			default:
+				if s == callExpired {
+					t.Errorf("request %d (%q): expired, its signal taken", i, reqs[i].key)
+				}
+			}
+			errs[i] = errGivenUp
+			continue
+		}
 		select {
 		case <-c.done:
 		default:
@@ -90,9 +125,18 @@ func keyInSlot(t *testing.T, base string, slot int) string {
 // several slots of one master.
 func TestCrossSlotCall(t *testing.T) {
 	cl := redistest.StartCluster(t)
-	t.Run("AskOnRoutingKey", func(t *testing.T) { testCrossAskOnRoutingKey(t, cl) })
-	t.Run("ReplyOffsets", func(t *testing.T) { testCrossReplyOffsets(t, cl, false) })
-	t.Run("ReplyOffsetsPolicy", func(t *testing.T) { testCrossReplyOffsets(t, cl, true) })
+	// The masters, read once: the subtests move slots between them (each
+	// its own slots), and the replicas learn of it by gossip.
+	shards, err := cl.Shards(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("AskOnRoutingKey", func(t *testing.T) { testCrossAskOnRoutingKey(t, cl, shards) })
+	t.Run("ScriptFlushed", func(t *testing.T) { testCrossScriptFlushed(t, cl, shards) })
+	t.Run("GivenUpWhenNotHere", func(t *testing.T) { testCrossGivenUp(t, cl, shards, callAbandoned) })
+	t.Run("ExpiredWhenNotHere", func(t *testing.T) { testCrossGivenUp(t, cl, shards, callExpired) })
+	t.Run("ReplyOffsets", func(t *testing.T) { testCrossReplyOffsets(t, cl, shards, false) })
+	t.Run("ReplyOffsetsPolicy", func(t *testing.T) { testCrossReplyOffsets(t, cl, shards, true) })
 }
 
 // testCrossAskOnRoutingKey: slot S is migrating from master A to master B,
@@ -100,13 +144,9 @@ func TestCrossSlotCall(t *testing.T) {
 // of S is new (so A answers a command declaring it with ASK). One batch
 // decides k1, k2 and k3 (of another slot of A): k2 must be denied, since
 // its count lives on A, whichever master the call that carries it runs on.
-func testCrossAskOnRoutingKey(t *testing.T, cl *redistest.Cluster) {
+func testCrossAskOnRoutingKey(t *testing.T, cl *redistest.Cluster, shards []redistest.Shard) {
 	ctx := context.Background()
 	cc := cl.Client(t)
-	shards, err := cl.Shards(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	a, b := shards[0], shards[1]
 	prefix := fmt.Sprintf("cross-ask-%d", time.Now().UnixNano())
 	lim := newOn(t, cc, FixedWindow, PerHour(2), WithPrefix(prefix), WithTimeout(10*time.Second))
@@ -148,13 +188,9 @@ func testCrossAskOnRoutingKey(t *testing.T, cl *redistest.Cluster) {
 // again alone), between and around the others: each caller gets its own
 // answer, and each key counts its own requests once. With policy, the
 // limiter has two rules (three integers per rule in the reply).
-func testCrossReplyOffsets(t *testing.T, cl *redistest.Cluster, policy bool) {
+func testCrossReplyOffsets(t *testing.T, cl *redistest.Cluster, shards []redistest.Shard, policy bool) {
 	ctx := context.Background()
 	cc := cl.Client(t)
-	shards, err := cl.Shards(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	a, b := shards[1], shards[2]
 	prefix := fmt.Sprintf("cross-offsets-%v-%d", policy, time.Now().UnixNano())
 	rules := []Rule{{Name: "fw", Algorithm: FixedWindow, Limit: PerHour(10)}}
@@ -227,5 +263,118 @@ func testCrossReplyOffsets(t *testing.T, cl *redistest.Cluster, policy bool) {
 		if res[i].Allowed != admit[i] || res[i].Remaining != want[i] {
 			t.Errorf("request %d %+v: allowed %v, remaining %d; want %v, %d", i, q, res[i].Allowed, res[i].Remaining, admit[i], want[i])
 		}
+	}
+}
+
+// testCrossScriptFlushed: a master that lost both scripts (SCRIPT FLUSH)
+// answers a batch of several of its slots with NOSCRIPT; the batch goes
+// again with the source and each request counts once.
+func testCrossScriptFlushed(t *testing.T, cl *redistest.Cluster, shards []redistest.Shard) {
+	ctx := context.Background()
+	cc := cl.Client(t)
+	a := shards[2]
+	prefix := fmt.Sprintf("cross-flush-%d", time.Now().UnixNano())
+	lim := newOn(t, cc, FixedWindow, PerHour(2), WithPrefix(prefix), WithTimeout(10*time.Second))
+	defer lim.Close()
+	var keys []string
+	for i := 0; i < 4; i++ {
+		keys = append(keys, keyInSlot(t, fmt.Sprintf("f%d-", i), a.Slots[0][0]+20+i))
+	}
+	for round := 0; round < 3; round++ {
+		if err := cl.Node(a.Master).ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		allowed, errs := crossBatch(t, lim, keys)
+		for i, k := range keys {
+			if errs[i] != nil || allowed[i] != (round < 2) {
+				t.Errorf("round %d, %s: allowed %v, %v; want %v", round, k, allowed[i], errs[i], round < 2)
+			}
+		}
+	}
+}
+
+// errGivenUp stands for the answer of a call whose wait ended before it.
+var errGivenUp = errors.New("given up")
+
+// pipelineHook calls after, when set, once each pipeline has been sent.
+type pipelineHook struct {
+	pipelineOnly
+	after func(cmds []redis.Cmder)
+}
+
+func (h *pipelineHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if h.after != nil {
+			h.after(cmds)
+		}
+		return err
+	}
+}
+
+// testCrossGivenUp: a request of a cross-slot call that the master did not
+// serve ("not here") has its wait ended (to, by its caller or by the
+// watchdog) while the call was out: it is neither sent again nor
+// signalled a second time, and the requests around it are answered.
+func testCrossGivenUp(t *testing.T, cl *redistest.Cluster, shards []redistest.Shard, to uint32) {
+	ctx := context.Background()
+	cc := cl.Client(t)
+	hook := &pipelineHook{}
+	cc.AddHook(hook)
+	a, b := shards[0], shards[1]
+	prefix := fmt.Sprintf("cross-givenup-%d-%d", to, time.Now().UnixNano())
+	lim := newOn(t, cc, FixedWindow, PerHour(5), WithPrefix(prefix), WithTimeout(10*time.Second))
+	defer lim.Close()
+	base := a.Slots[0][0]
+	moving := base + 30 + int(to)
+	here0, here1 := keyInSlot(t, "h0-", base+40), keyInSlot(t, "h1-", base+41)
+	away := keyInSlot(t, "away-", moving)
+	for _, k := range []string{here0, here1, away} {
+		if _, err := lim.Allow(ctx, k); err != nil { // the script loaded, the map too
+			t.Fatal(err)
+		}
+	}
+	na, nb := cl.Node(a.Master), cl.Node(b.Master)
+	if err := nb.Do(ctx, "CLUSTER", "SETSLOT", moving, "IMPORTING", a.MasterID).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := na.Do(ctx, "CLUSTER", "SETSLOT", moving, "MIGRATING", b.MasterID).Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, n := range shards {
+			_ = cl.Node(n.Master).Do(ctx, "CLUSTER", "SETSLOT", moving, "NODE", b.MasterID).Err()
+		}
+	}()
+	host, port, _ := strings.Cut(b.Master, ":")
+	if err := na.Do(ctx, "MIGRATE", host, port, lim.keys(away)[0], 0, 5000).Err(); err != nil {
+		t.Fatal(err)
+	}
+	reqs := []crossReq{{here0, true, 1}, {away, true, 1}, {here1, true, 1}}
+	pipelines := 0
+	res, errs := crossDecideThen(t, lim, reqs, func(batch []*call) {
+		hook.after = func([]redis.Cmder) {
+			pipelines++
+			if pipelines == 1 && batch[1].claim(to) && to == callExpired {
+				batch[1].done <- struct{}{} // as the watchdog does
+			}
+		}
+	})
+	hook.after = nil
+	if pipelines != 1 {
+		t.Errorf("%d pipelines sent; want 1 (the request given up not sent again)", pipelines)
+	}
+	for _, i := range []int{0, 2} {
+		if errs[i] != nil || !res[i].Allowed || res[i].Remaining != 3 {
+			t.Errorf("request %d %+v: %+v, %v; want admitted, 3 left", i, reqs[i], res[i], errs[i])
+		}
+	}
+	// The key given up counts its first request only, on b.
+	pipe := nb.Pipeline()
+	pipe.Do(ctx, "ASKING")
+	get := pipe.Get(ctx, lim.keys(away)[0])
+	_, _ = pipe.Exec(ctx)
+	if v, err := get.Result(); err != nil || fwCount(v) != 1 {
+		t.Errorf("%s given up: counted %d (%q, %v) on %s; want 1", away, fwCount(v), v, err, b.Master)
 	}
 }
