@@ -135,6 +135,7 @@ func TestCrossSlotCall(t *testing.T) {
 	t.Run("ScriptFlushed", func(t *testing.T) { testCrossScriptFlushed(t, cl, shards) })
 	t.Run("GivenUpWhenNotHere", func(t *testing.T) { testCrossGivenUp(t, cl, shards, callAbandoned) })
 	t.Run("ExpiredWhenNotHere", func(t *testing.T) { testCrossGivenUp(t, cl, shards, callExpired) })
+	t.Run("ClusterDown", func(t *testing.T) { testCrossClusterDown(t, cl, shards) })
 	t.Run("ReplyOffsets", func(t *testing.T) { testCrossReplyOffsets(t, cl, shards, false) })
 	t.Run("ReplyOffsetsPolicy", func(t *testing.T) { testCrossReplyOffsets(t, cl, shards, true) })
 }
@@ -376,5 +377,73 @@ func testCrossGivenUp(t *testing.T, cl *redistest.Cluster, shards []redistest.Sh
 	_, _ = pipe.Exec(ctx)
 	if v, err := get.Result(); err != nil || fwCount(v) != 1 {
 		t.Errorf("%s given up: counted %d (%q, %v) on %s; want 1", away, fwCount(v), v, err, b.Master)
+	}
+}
+
+// testCrossClusterDown: a master whose cluster is down (here, a slot of
+// its own unassigned, so that not every slot is served) refuses what a
+// batch of several of its slots asks; each request's error says that
+// Redis cannot serve decisions (availability), so that the limiter's
+// failure mode answers it, as for a request sent alone, which the master
+// refuses with CLUSTERDOWN.
+func testCrossClusterDown(t *testing.T, cl *redistest.Cluster, shards []redistest.Shard) {
+	ctx := context.Background()
+	cc := cl.Client(t)
+	a := shards[2]
+	prefix := fmt.Sprintf("cross-down-%d", time.Now().UnixNano())
+	lim := newOn(t, cc, FixedWindow, PerHour(5), WithPrefix(prefix), WithTimeout(10*time.Second))
+	defer lim.Close()
+	var keys []string
+	for i := 0; i < 3; i++ {
+		keys = append(keys, keyInSlot(t, fmt.Sprintf("d%d-", i), a.Slots[0][0]+50+i))
+	}
+	for _, k := range keys {
+		if _, err := lim.Allow(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	na := cl.Node(a.Master)
+	dropped := a.Slots[0][0] + 60
+	if err := na.Do(ctx, "CLUSTER", "DELSLOTS", dropped).Err(); err != nil {
+		t.Fatal(err)
+	}
+	restored := false
+	restore := func() {
+		if restored {
+			return
+		}
+		restored = true
+		if err := na.Do(ctx, "CLUSTER", "ADDSLOTS", dropped).Err(); err != nil {
+			t.Errorf("ADDSLOTS %d on %s: %v", dropped, a.Master, err)
+		}
+		for i := 0; i < 500; i++ {
+			info, _ := na.ClusterInfo(ctx).Result()
+			if strings.Contains(info, "cluster_state:ok") {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Errorf("%s: cluster state not ok 5s after ADDSLOTS", a.Master)
+	}
+	defer restore()
+	for i := 0; i < 500; i++ {
+		info, _ := na.ClusterInfo(ctx).Result()
+		if strings.Contains(info, "cluster_state:fail") {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	_, errs := crossBatch(t, lim, keys)
+	for i, k := range keys {
+		if errs[i] == nil || !availability(errs[i]) {
+			t.Errorf("%s, its master's cluster down: %v (Redis unavailable: %v); want an error saying Redis cannot serve decisions", k, errs[i], errs[i] != nil && availability(errs[i]))
+		}
+	}
+	restore()
+	allowed, errs := crossBatch(t, lim, keys)
+	for i, k := range keys {
+		if errs[i] != nil || !allowed[i] {
+			t.Errorf("%s, the cluster back: allowed %v, %v", k, allowed[i], errs[i])
+		}
 	}
 }
