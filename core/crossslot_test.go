@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -138,6 +139,7 @@ func TestCrossSlotCall(t *testing.T) {
 	t.Run("ClusterDown", func(t *testing.T) { testCrossClusterDown(t, cl, shards) })
 	t.Run("ReplyOffsets", func(t *testing.T) { testCrossReplyOffsets(t, cl, shards, false) })
 	t.Run("ReplyOffsetsPolicy", func(t *testing.T) { testCrossReplyOffsets(t, cl, shards, true) })
+	t.Run("StaleAfterFailover", func(t *testing.T) { testCrossStaleAfterFailover(t, cl, shards) }) // last: it changes the masters
 }
 
 // testCrossAskOnRoutingKey: slot S is migrating from master A to master B,
@@ -444,6 +446,70 @@ func testCrossClusterDown(t *testing.T, cl *redistest.Cluster, shards []redistes
 	for i, k := range keys {
 		if errs[i] != nil || !allowed[i] {
 			t.Errorf("%s, the cluster back: allowed %v, %v", k, allowed[i], errs[i])
+		}
+	}
+}
+
+// testCrossStaleAfterFailover: a master's replica took over (CLUSTER
+// FAILOVER) and the client's slot map still names the old master, now a
+// replica: a batch of several of its slots is answered by the new master,
+// each request counted once, as requests sent alone are (the replica
+// redirects them with MOVED).
+func testCrossStaleAfterFailover(t *testing.T, cl *redistest.Cluster, shards []redistest.Shard) {
+	ctx := context.Background()
+	a := shards[0]
+	if len(a.Replicas) == 0 {
+		t.Skip("no replica")
+	}
+	var mu sync.Mutex
+	var stale []redis.ClusterSlot
+	admin := cl.Node(a.Master)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs: cl.Addrs(),
+		ClusterSlots: func(ctx context.Context) ([]redis.ClusterSlot, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if stale != nil {
+				return stale, nil
+			}
+			return admin.ClusterSlots(ctx).Result()
+		},
+	})
+	defer cc.Close()
+	prefix := fmt.Sprintf("cross-failover-%d", time.Now().UnixNano())
+	lim := newOn(t, cc, FixedWindow, PerHour(5), WithPrefix(prefix), WithTimeout(10*time.Second))
+	defer lim.Close()
+	var keys []string
+	for i := 0; i < 3; i++ {
+		keys = append(keys, keyInSlot(t, fmt.Sprintf("fo%d-", i), a.Slots[0][0]+70+i))
+	}
+	for _, k := range keys {
+		if _, err := lim.Allow(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slots, err := admin.ClusterSlots(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	stale = slots // the map before the failover, for every reload
+	mu.Unlock()
+	if err := cl.Failover(ctx, a.Replicas[0]); err != nil {
+		t.Fatal(err)
+	}
+	// Replicated before the switch: the new master holds the counts.
+	allowed, errs := crossBatch(t, lim, keys)
+	for i, k := range keys {
+		if errs[i] != nil || !allowed[i] {
+			t.Errorf("%s after the failover, the map naming the old master: allowed %v, %v", k, allowed[i], errs[i])
+		}
+	}
+	nm := cl.Node(a.Replicas[0])
+	for _, k := range keys {
+		v, err := nm.Get(ctx, lim.keys(k)[0]).Result()
+		if err != nil || fwCount(v) != 2 {
+			t.Errorf("%s on the new master %s: %q (%v), counted %d; want 2", k, a.Replicas[0], v, err, fwCount(v))
 		}
 	}
 }
