@@ -12,10 +12,15 @@ import (
 // all consume 1 (see allUnit).
 //
 // With cross, the calls lie in several slots of one Redis Cluster master:
-// the command is nodeScriptSrc's, declaring the first call's keys only
-// (they route it, and a cluster checks that declared keys share a slot),
-// with the other calls' keys at the head of ARGV after their number (see
-// lua/policy.lua).
+// the command is nodeScriptSrc's, declaring no keys, with every call's
+// keys at the head of ARGV after their number (see lua/policy.lua). Its
+// first key, at crossKeyPos, routes it (see scriptGroup.build), but Redis
+// checks none before running it: a declared key absent from a slot being
+// migrated away would have the whole call redirected (ASK) to the
+// importing master, where, under ASKING, every key of that slot reads as
+// absent, the counts still on the first master included. Undeclared, each
+// request's keys are checked at its own first access, on the master the
+// client chose, and a request not served there is sent again alone.
 func appendScriptCall(dst []interface{}, source, cross bool, calls []*call, ruleArgs []interface{}) []interface{} {
 	hash, src := scriptHashArg, scriptSrcArg
 	if cross {
@@ -26,16 +31,14 @@ func appendScriptCall(dst []interface{}, source, cross bool, calls []*call, rule
 	} else {
 		dst = append(dst, "evalsha", hash, 0)
 	}
-	rest := calls
 	if cross {
-		rest = calls[1:]
-		for i := range calls[0].keys {
-			dst = append(dst, &calls[0].keys[i])
+		n := 0
+		for _, c := range calls {
+			n += len(c.keys)
 		}
-		dst[2] = len(dst) - 3
-		dst = append(dst, countArg(len(rest)*len(calls[0].keys)))
+		dst = append(dst, countArg(n))
 	}
-	for _, c := range rest {
+	for _, c := range calls {
 		for i := range c.keys {
 			dst = append(dst, &c.keys[i])
 		}
@@ -51,6 +54,10 @@ func appendScriptCall(dst []interface{}, source, cross bool, calls []*call, rule
 	}
 	return dst
 }
+
+// crossKeyPos is the position of a cross call's first key in its
+// command: after EVALSHA, the hash, 0 keys and the number of keys.
+const crossKeyPos = 4
 
 // countArg returns n as a script argument, boxed once for small n.
 func countArg(n int) interface{} {

@@ -312,6 +312,11 @@ func (g *scriptGroup) build(ctx context.Context, ruleArgs []interface{}) {
 	clear(g.args)
 	g.args = appendScriptCall(g.args[:0], g.source, g.cross, g.calls, ruleArgs)
 	g.cmd = redis.NewIntSliceCmd(ctx, g.args...)
+	if g.cross {
+		// Routed by its first key, which it does not declare (see
+		// appendScriptCall): go-redis sends it to that key's master.
+		g.cmd.SetFirstKeyPos(crossKeyPos)
+	}
 	g.fresh = false
 }
 
@@ -357,17 +362,31 @@ func (g *scriptGroup) keepWaiting() bool {
 //
 // A cluster whose masters refuse nodeScriptSrc (Redis before 7 knows no
 // script flags, and its refusal ran nothing) has its limiter group by slot
-// from then on, and the calls of such a group go again one by one.
+// from then on, and the calls of such a group go again one by one; so do
+// those of a group refused by a replica (READONLY: the master it went to
+// was replaced), at once.
 func (b *batcher) resend(ctx context.Context, x *execScratch) {
 	for sends := 1; sends < maxSends; sends++ {
 		for _, g := range x.groups[:x.used] {
-			if err := g.cmd.Err(); !g.answered && g.cross && noScriptFlags(err) {
+			err := g.cmd.Err()
+			if g.answered || !g.cross {
+				continue
+			}
+			// A replica (a master replaced, the slot map stale) refuses a
+			// cross-slot call whole, as it declares no keys; alone, with
+			// keys declared, each is redirected to its master (MOVED), and
+			// go-redis learns the new map.
+			readOnly := redis.IsReadOnlyError(err)
+			if !readOnly && !noScriptFlags(err) {
+				continue
+			}
+			x.sendAlone(ctx, g.calls[1:], err)
+			clear(g.calls[1:])
+			g.calls = g.calls[:1]
+			g.byNode, g.fresh = false, true
+			if !readOnly {
 				// With the source: the plain script may be new to them.
 				b.slotsOnly.Store(true)
-				x.sendAlone(ctx, g.calls[1:], err)
-				clear(g.calls[1:])
-				g.calls = g.calls[:1]
-				g.byNode, g.fresh = false, true
 				for _, a := range x.groups[:x.used] {
 					a.source = a.source || a.fresh
 				}

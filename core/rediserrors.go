@@ -140,16 +140,21 @@ func isNoScript(err error) bool {
 // isNotHere reports whether err is a cluster master's answer to a request,
 // inside a script of requests of several slots (nodeScriptSrc), whose keys
 // it does not serve: their slot has moved (the client's slot map is
-// stale), is being migrated away, or is being imported. The request has
-// read nothing and written nothing; sent on its own, with its keys
-// declared, it is routed to the master of its slot.
+// stale), is being migrated away, or is being imported; or its cluster is
+// down (the call, declaring no keys, was not refused as a whole). The
+// request has written nothing (its first access failed, or, when a down
+// cluster still serves reads, its first write); sent on its own, with its
+// keys declared, it is routed to the master of its slot, which refuses it
+// whole (CLUSTERDOWN: resent after a pause, then a failure of Redis) while
+// its cluster is down.
 func isNotHere(err error) bool {
 	if err == nil {
 		return false
 	}
 	msg := err.Error()
 	return strings.Contains(msg, "attempted to access a non local key") ||
-		strings.Contains(msg, "attempted to access a slot not served")
+		strings.Contains(msg, "attempted to access a slot not served") ||
+		strings.Contains(msg, "while the cluster is down")
 }
 
 // noScriptFlags reports whether err is the refusal of nodeScriptSrc by a

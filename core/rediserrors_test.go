@@ -83,6 +83,8 @@ func TestClusterScriptRefusals(t *testing.T) {
 		"ERR Script attempted to access a non local key in a cluster node", // as pcall sees it
 		"Lua script attempted to access a non local key in a cluster node",
 		"ERR Script attempted to access a slot not served",
+		"ERR Script attempted to execute a command while the cluster is down",
+		"ERR Script attempted to execute a write command while the cluster is down and readonly",
 	} {
 		if !isNotHere(scriptError(msg)) {
 			t.Errorf("isNotHere(%q) = false", msg)

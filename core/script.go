@@ -51,8 +51,7 @@ func algorithmDispatch() string {
 // scriptSrc is the one script every decision runs; see lua/policy.lua.
 // nodeScriptSrc is the same script for a call whose requests lie in
 // several slots of one Redis Cluster master: it declares the
-// allow-cross-slot-keys flag (Redis 7) and reads the keys beyond the
-// first request's from ARGV.
+// allow-cross-slot-keys flag (Redis 7) and reads every key from ARGV.
 var scriptSrc, nodeScriptSrc = scriptSource(false), scriptSource(true)
 
 // policyScript is scriptSrc, with its SHA-1 for EVALSHA.
@@ -69,15 +68,14 @@ var (
 
 // keysLine is the Lua line before policy.lua that sets its KEYS and off
 // (see the top of lua/policy.lua): Redis's own, or, for nodeScriptSrc,
-// every request's keys gathered from KEYS and the head of ARGV.
+// every request's keys, read from the head of ARGV (it declares none).
 func keysLine(node bool) string {
 	if !node {
 		return "local KEYS, off = KEYS, 0\n"
 	}
 	return `local KEYS, off = (function()
-  local keys, n, m = {}, #KEYS, ARGV[1] + 0
-  for i = 1, n do keys[i] = KEYS[i] end
-  for i = 1, m do keys[n + i] = ARGV[1 + i] end
+  local keys, m = {}, ARGV[1] + 0
+  for i = 1, m do keys[i] = ARGV[1 + i] end
   return keys, 1 + m
 end)()
 `

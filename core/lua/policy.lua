@@ -4,9 +4,10 @@
 -- KEYS: for each request, one key per rule; request d's keys are
 --   KEYS[(d-1)*R + 1 .. d*R], all with the same hash tag (one cluster slot).
 --   On Redis Cluster the requests of one call may lie in several slots of
---   one master: the call then declares only the first request's keys and
---   sends the others' at the head of ARGV (ARGV[1] = how many, then the
---   keys), under the allow-cross-slot-keys flag. The client puts a line
+--   one master: the call then declares no keys and sends them all at the
+--   head of ARGV (ARGV[1] = how many, then the keys), under the
+--   allow-cross-slot-keys flag, so that Redis checks each request's keys
+--   where it reads them, never redirecting the whole call. The client puts a line
 --   before this file that makes KEYS the keys of every request either way,
 --   and off the number of ARGV values before R (0, or 1 + that count);
 --   see core/script.go.
