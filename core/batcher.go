@@ -71,6 +71,7 @@ type batcher struct {
 	// slotsOnly: the cluster's servers refused nodeScriptSrc (Redis
 	// before 7 knows no script flags); decisions then group by slot.
 	slotsOnly atomic.Bool
+	masters   atomic.Int32  // the cluster masters the last batch went to (see mayGo)
 	rules     int           // keys per decision
 	ruleArgs  []interface{} // the script arguments every decision shares
 
@@ -305,12 +306,13 @@ func (b *batcher) room(now time.Time) bool {
 // must not hold back every call behind it while another connection could
 // answer.
 func (b *batcher) mayGo(now time.Time) bool {
-	// On a cluster a batch becomes one script call per master, each with
-	// its master's share only; the masters run them side by side. There a
-	// batch waits until twice what is in flight is pending, which keeps
-	// the script calls per decision down at the same throughput.
+	// On a cluster of several masters a batch becomes one script call per
+	// master, each with its master's share only: there a batch waits until
+	// twice what is in flight is pending, so that each call still decides
+	// many requests. (With one master, or one server, waiting longer only
+	// leaves Redis idle.)
 	spread := 1
-	if b.grouping == groupNode {
+	if b.grouping == groupNode && b.masters.Load() > 1 {
 		spread = 2
 	}
 	if b.inflight == 0 || len(b.pending) >= b.inflight*spread {

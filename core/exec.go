@@ -173,6 +173,9 @@ func (b *batcher) exec(x *execScratch, batch []*call) {
 		g := x.groupOf(ctx, b, c)
 		g.calls = append(g.calls, c)
 	}
+	if b.grouping == groupNode {
+		b.masters.Store(int32(len(x.byNode)))
+	}
 	groups := x.groups[:x.used]
 	for _, g := range groups {
 		g.alone = len(groups) == 1
