@@ -122,6 +122,18 @@ func keyInSlot(t *testing.T, base string, slot int) string {
 	return ""
 }
 
+// startMigrating marks slot as moving from shard a (its master na) to
+// shard b (nb), as a reshard does before it moves any key.
+func startMigrating(t *testing.T, ctx context.Context, na, nb *redis.Client, slot int, a, b redistest.Shard) {
+	t.Helper()
+	if err := nb.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", a.MasterID).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := na.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", b.MasterID).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestCrossSlotCall attacks the script call that decides requests of
 // several slots of one master.
 func TestCrossSlotCall(t *testing.T) {
@@ -162,12 +174,7 @@ func testCrossAskOnRoutingKey(t *testing.T, cl *redistest.Cluster, shards []redi
 		}
 	}
 	na, nb := cl.Node(a.Master), cl.Node(b.Master)
-	if err := nb.Do(ctx, "CLUSTER", "SETSLOT", s, "IMPORTING", a.MasterID).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := na.Do(ctx, "CLUSTER", "SETSLOT", s, "MIGRATING", b.MasterID).Err(); err != nil {
-		t.Fatal(err)
-	}
+	startMigrating(t, ctx, na, nb, s, a, b)
 	defer func() {
 		_ = na.Do(ctx, "CLUSTER", "SETSLOT", s, "STABLE").Err()
 		_ = nb.Do(ctx, "CLUSTER", "SETSLOT", s, "STABLE").Err()
@@ -224,12 +231,7 @@ func testCrossReplyOffsets(t *testing.T, cl *redistest.Cluster, shards []rediste
 	na, nb := cl.Node(a.Master), cl.Node(b.Master)
 	// The away keys' counts move to b: a serves them no more, nor does
 	// it serve their slot's absent keys.
-	if err := nb.Do(ctx, "CLUSTER", "SETSLOT", moving, "IMPORTING", a.MasterID).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := na.Do(ctx, "CLUSTER", "SETSLOT", moving, "MIGRATING", b.MasterID).Err(); err != nil {
-		t.Fatal(err)
-	}
+	startMigrating(t, ctx, na, nb, moving, a, b)
 	defer func() {
 		for _, n := range []string{b.Master, a.Master, shards[0].Master} {
 			_ = cl.Node(n).Do(ctx, "CLUSTER", "SETSLOT", moving, "NODE", b.MasterID).Err()
@@ -338,12 +340,7 @@ func testCrossGivenUp(t *testing.T, cl *redistest.Cluster, shards []redistest.Sh
 		}
 	}
 	na, nb := cl.Node(a.Master), cl.Node(b.Master)
-	if err := nb.Do(ctx, "CLUSTER", "SETSLOT", moving, "IMPORTING", a.MasterID).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := na.Do(ctx, "CLUSTER", "SETSLOT", moving, "MIGRATING", b.MasterID).Err(); err != nil {
-		t.Fatal(err)
-	}
+	startMigrating(t, ctx, na, nb, moving, a, b)
 	defer func() {
 		for _, n := range shards {
 			_ = cl.Node(n.Master).Do(ctx, "CLUSTER", "SETSLOT", moving, "NODE", b.MasterID).Err()
