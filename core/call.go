@@ -22,7 +22,7 @@ type call struct {
 	keys []keyArg      // the request's keys, one per rule (their buffers are kept)
 	args []interface{} // the request's own script argument: its cost, negated for Peek
 	unit bool          // it consumes 1 (Allow): a script call of such requests only needs their keys
-	slot int           // the Redis Cluster slot of its keys, when grouped by slot
+	slot int           // the Redis Cluster slot of its keys, on a ClusterClient (see groupNode)
 
 	scratch []interface{} // the inline path's full argument list
 
