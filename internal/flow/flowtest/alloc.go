@@ -4,8 +4,11 @@ import (
 	"context"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/keyfunc"
 )
 
 // MiddlewareAllocBudget is the allocations a middleware may make per
@@ -30,49 +33,59 @@ func (w *writer) Header() http.Header         { return w.h }
 func (w *writer) Write(b []byte) (int, error) { return len(b), nil }
 func (w *writer) WriteHeader(status int)      { w.status = status }
 
-// CheckAllocBudget fails t when serving req through h, a middleware
-// deciding with lim and keyed by the peer address, allocates more than
-// MiddlewareAllocBudget beyond lim's own decision for that key. Run it
-// without the race detector, which changes allocation counts.
-func CheckAllocBudget(t *testing.T, lim *core.Limiter, h http.Handler, req *http.Request, key string) {
+// CheckAllocBudget fails t when serving req (its RemoteAddr the key)
+// through the middleware that build makes around a GCRA limiter that
+// admits every request allocates more than MiddlewareAllocBudget beyond
+// the limiter's own decision. It skips under the race detector, which
+// changes allocation counts.
+func CheckAllocBudget(t *testing.T, build func(*core.Limiter) http.Handler, req *http.Request) {
 	t.Helper()
-	w := &writer{h: http.Header{}}
-	ctx := context.Background()
-	h.ServeHTTP(w, req)
-	decision := testing.AllocsPerRun(200, func() { lim.Allow(ctx, key) })
-	request := testing.AllocsPerRun(200, func() {
-		clear(w.h)
-		h.ServeHTTP(w, req)
-	})
-	if request-decision > MiddlewareAllocBudget+0.5 {
-		t.Errorf("%.1f allocations per request, %.1f beyond the decision's %.1f; budget %d", request, request-decision, decision, MiddlewareAllocBudget)
-	}
-	t.Logf("%.1f allocations per request, %.1f beyond the core decision", request, request-decision)
+	checkAllocs(t, core.PerHour(1<<30), build, req, http.StatusOK, MiddlewareAllocBudget)
 }
 
-// CheckDenyAllocBudget is CheckAllocBudget for denied requests: lim must
-// deny key once it has admitted one request, for less than 100 seconds (a
-// limit of one per minute: a Retry-After of two digits is strconv's own
-// string), and h, a middleware deciding with lim and keyed by the peer
-// address, must answer with the default deny handler. It fails t when a
-// denial allocates more than DenyAllocBudget beyond lim's own decision.
-func CheckDenyAllocBudget(t *testing.T, lim *core.Limiter, h http.Handler, req *http.Request, key string) {
+// CheckDenyAllocBudget is CheckAllocBudget for denied requests, answered
+// by the default deny handler, whose budget is DenyAllocBudget. The limit
+// is one per minute: a Retry-After of two digits is strconv's own string.
+func CheckDenyAllocBudget(t *testing.T, build func(*core.Limiter) http.Handler, req *http.Request) {
 	t.Helper()
-	w := &writer{h: http.Header{}}
-	ctx := context.Background()
-	h.ServeHTTP(w, req)
-	clear(w.h)
-	h.ServeHTTP(w, req)
-	if w.status != http.StatusTooManyRequests {
-		t.Fatalf("the second request: status %d, want 429", w.status)
+	checkAllocs(t, core.PerMinute(1), build, req, http.StatusTooManyRequests, DenyAllocBudget)
+}
+
+// checkAllocs serves req twice through the middleware build makes around
+// a GCRA limiter of limit, expects status from the second, then counts the
+// allocations of a request beyond those of the limiter's own decision.
+func checkAllocs(t *testing.T, limit core.Limit, build func(*core.Limiter) http.Handler, req *http.Request, status, budget int) {
+	t.Helper()
+	if raceEnabled {
+		t.Skip("allocation counts differ under -race")
 	}
+	lim, err := core.New(redistest.Client(t), core.GCRA, limit, core.WithPrefix(Prefix(t)), core.WithTimeout(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lim.Close()
+	key, err := keyfunc.RemoteIP()(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := build(lim)
+	w := &writer{h: http.Header{}}
+	for range 2 {
+		clear(w.h)
+		w.status = http.StatusOK // unless the middleware writes another
+		h.ServeHTTP(w, req)
+	}
+	if w.status != status {
+		t.Fatalf("the second request: status %d, want %d", w.status, status)
+	}
+	ctx := context.Background()
 	decision := testing.AllocsPerRun(200, func() { lim.Allow(ctx, key) })
 	request := testing.AllocsPerRun(200, func() {
 		clear(w.h)
 		h.ServeHTTP(w, req)
 	})
-	if request-decision > DenyAllocBudget+0.5 {
-		t.Errorf("%.1f allocations per denied request, %.1f beyond the decision's %.1f; budget %d", request, request-decision, decision, DenyAllocBudget)
+	if request-decision > float64(budget)+0.5 {
+		t.Errorf("%.1f allocations per request (status %d), %.1f beyond the decision's %.1f; budget %d", request, status, request-decision, decision, budget)
 	}
-	t.Logf("%.1f allocations per denied request, %.1f beyond the core decision", request, request-decision)
+	t.Logf("%.1f allocations per request (status %d), %.1f beyond the core decision", request, status, request-decision)
 }

@@ -1,5 +1,0 @@
-//go:build !race
-
-package nethttp_test
-
-const raceEnabled = false
