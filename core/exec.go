@@ -236,7 +236,7 @@ func (b *batcher) answer(ctx context.Context, x *execScratch, settled bool) {
 		}
 	}
 	if len(x.moved) > 0 {
-		x.sendAlone(ctx, x.moved, x.movedErr)
+		x.sendAlone(ctx, x.moved, x.movedErr, false)
 		clear(x.moved)
 		x.moved, x.movedErr = x.moved[:0], nil
 	}
@@ -324,12 +324,13 @@ func (g *scriptGroup) build(ctx context.Context, ruleArgs []interface{}) {
 }
 
 // sendAlone moves calls into groups of their own, for resend to send with
-// their keys declared: go-redis then routes each to the master of its slot
-// and follows MOVED and ASK. Each new group holds err until it is sent.
-func (x *execScratch) sendAlone(ctx context.Context, calls []*call, err error) {
+// their keys declared (with the script's source when source): go-redis then
+// routes each to the master of its slot and follows MOVED and ASK. Each new
+// group holds err until it is sent.
+func (x *execScratch) sendAlone(ctx context.Context, calls []*call, err error, source bool) {
 	for _, c := range calls {
 		g := x.group()
-		g.calls = append(g.calls, c)
+		g.calls, g.source = append(g.calls, c), source
 		g.cmd = redis.NewIntSliceCmd(ctx)
 		g.cmd.SetErr(err)
 		g.fresh = true
@@ -371,29 +372,26 @@ func (g *scriptGroup) keepWaiting() bool {
 func (b *batcher) resend(ctx context.Context, x *execScratch) {
 	for sends := 1; sends < maxSends; sends++ {
 		for _, g := range x.groups[:x.used] {
-			err := g.cmd.Err()
 			if g.answered || !g.cross {
 				continue
 			}
 			// A replica (a master replaced, the slot map stale) refuses a
 			// cross-slot call whole, as it declares no keys; alone, with
 			// keys declared, each is redirected to its master (MOVED), and
-			// go-redis learns the new map.
+			// go-redis learns the new map. A Redis without script flags
+			// refuses it too, having run nothing: its calls go alone, with
+			// the plain script's source, which may be new to it.
+			err := g.cmd.Err()
 			readOnly := redis.IsReadOnlyError(err)
 			if !readOnly && !noScriptFlags(err) {
 				continue
 			}
-			x.sendAlone(ctx, g.calls[1:], err)
-			clear(g.calls[1:])
-			g.calls = g.calls[:1]
-			g.byNode, g.fresh = false, true
 			if !readOnly {
-				// With the source: the plain script may be new to them.
 				b.slotsOnly.Store(true)
-				for _, a := range x.groups[:x.used] {
-					a.source = a.source || a.fresh
-				}
 			}
+			x.sendAlone(ctx, g.calls, err, !readOnly)
+			clear(g.calls)
+			g.calls, g.answered = g.calls[:0], true // emptied: nothing to answer
 		}
 		again, wait := 0, false
 		for _, g := range x.groups[:x.used] {

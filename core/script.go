@@ -122,10 +122,7 @@ func appendArgs(dst []interface{}, consume bool, n int) []interface{} {
 		}
 		return append(dst, strconv.Itoa(-n))
 	}
-	if n < len(costArgs) {
-		return append(dst, costArgs[n])
-	}
-	return append(dst, strconv.Itoa(n))
+	return append(dst, countArg(n))
 }
 
 // ruleArgs returns the script arguments every request of the limiter
