@@ -122,6 +122,16 @@ func keyInSlot(t *testing.T, base string, slot int) string {
 	return ""
 }
 
+// keysInSlots returns n keys beginning with name, the i-th in slot first+i:
+// requests of one master, each in a slot of its own.
+func keysInSlots(t *testing.T, name string, first, n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = keyInSlot(t, fmt.Sprintf("%s%d-", name, i), first+i)
+	}
+	return keys
+}
+
 // startMigrating marks slot as moving from shard a (its master na) to
 // shard b (nb), as a reshard does before it moves any key.
 func startMigrating(t *testing.T, ctx context.Context, na, nb *redis.Client, slot int, a, b redistest.Shard) {
@@ -217,10 +227,7 @@ func testCrossReplyOffsets(t *testing.T, cl *redistest.Cluster, shards []rediste
 	if policy {
 		moving = base + 5
 	}
-	var keys []string
-	for i := 0; i < 4; i++ {
-		keys = append(keys, keyInSlot(t, fmt.Sprintf("here%d-", i), base+10+i))
-	}
+	keys := keysInSlots(t, "here", base+10, 4)
 	away := []string{keyInSlot(t, "away0-", moving), keyInSlot(t, "away1-", moving)}
 	// Each key has used 2 of its 10 before the batch.
 	for _, k := range append(append([]string{}, keys...), away...) {
@@ -281,10 +288,7 @@ func testCrossScriptFlushed(t *testing.T, cl *redistest.Cluster, shards []redist
 	prefix := fmt.Sprintf("cross-flush-%d", time.Now().UnixNano())
 	lim := newOn(t, cc, FixedWindow, PerHour(2), WithPrefix(prefix), WithTimeout(10*time.Second))
 	defer lim.Close()
-	var keys []string
-	for i := 0; i < 4; i++ {
-		keys = append(keys, keyInSlot(t, fmt.Sprintf("f%d-", i), a.Slots[0][0]+20+i))
-	}
+	keys := keysInSlots(t, "f", a.Slots[0][0]+20, 4)
 	for round := 0; round < 3; round++ {
 		if err := cl.Node(a.Master).ScriptFlush(ctx).Err(); err != nil {
 			t.Fatal(err)
@@ -392,10 +396,7 @@ func testCrossClusterDown(t *testing.T, cl *redistest.Cluster, shards []redistes
 	prefix := fmt.Sprintf("cross-down-%d", time.Now().UnixNano())
 	lim := newOn(t, cc, FixedWindow, PerHour(5), WithPrefix(prefix), WithTimeout(10*time.Second))
 	defer lim.Close()
-	var keys []string
-	for i := 0; i < 3; i++ {
-		keys = append(keys, keyInSlot(t, fmt.Sprintf("d%d-", i), a.Slots[0][0]+50+i))
-	}
+	keys := keysInSlots(t, "d", a.Slots[0][0]+50, 3)
 	for _, k := range keys {
 		if _, err := lim.Allow(ctx, k); err != nil {
 			t.Fatal(err)
@@ -476,10 +477,7 @@ func testCrossStaleAfterFailover(t *testing.T, cl *redistest.Cluster, shards []r
 	prefix := fmt.Sprintf("cross-failover-%d", time.Now().UnixNano())
 	lim := newOn(t, cc, FixedWindow, PerHour(5), WithPrefix(prefix), WithTimeout(10*time.Second))
 	defer lim.Close()
-	var keys []string
-	for i := 0; i < 3; i++ {
-		keys = append(keys, keyInSlot(t, fmt.Sprintf("fo%d-", i), a.Slots[0][0]+70+i))
-	}
+	keys := keysInSlots(t, "fo", a.Slots[0][0]+70, 3)
 	for _, k := range keys {
 		if _, err := lim.Allow(ctx, k); err != nil {
 			t.Fatal(err)
