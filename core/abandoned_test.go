@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,27 +43,6 @@ func TestAbandonedCallsAreNotSent(t *testing.T) {
 	}
 }
 
-// holdAfterRefusal is a go-redis hook: the first EVALSHA pipeline that
-// comes back with LOADING (it never ran) is held, after its reply, until
-// release is closed.
-type holdAfterRefusal struct {
-	pipelineOnly
-	taken   atomic.Bool
-	refused chan struct{}
-	release chan struct{}
-}
-
-func (h *holdAfterRefusal) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		err := next(ctx, cmds)
-		if isEvalSha(cmds) && redis.IsLoadingError(cmds[0].Err()) && h.taken.CompareAndSwap(false, true) {
-			close(h.refused)
-			<-h.release
-		}
-		return err
-	}
-}
-
 // A script call that Redis refused before running it (LOADING) is sent
 // again only for the callers still waiting. Once every caller of the batch
 // has given up (here, told context.Canceled), the call is not resent, or the
@@ -74,7 +52,7 @@ func TestNoResendOnceEveryCallerGaveUp(t *testing.T) {
 	p := startDroppingProxy(t, redistest.Options(t).Addr)
 	c := redis.NewClient(&redis.Options{Addr: p.addr})
 	defer c.Close()
-	hook := &holdAfterRefusal{refused: make(chan struct{}), release: make(chan struct{})}
+	hook := &holdFirstPipeline{loading: true, held: make(chan struct{}), release: make(chan struct{})}
 	c.AddHook(hook)
 	lim := newOn(t, c, FixedWindow, PerHour(10), WithTimeout(30*time.Second), WithHealthCheck(0, 0),
 		WithPrefix(fmt.Sprintf("gaveup-%d", time.Now().UnixNano())))
@@ -89,7 +67,7 @@ func TestNoResendOnceEveryCallerGaveUp(t *testing.T) {
 	done := make(chan error, 1)
 	allowAsync(lim, ctx, "k", done)
 	select {
-	case <-hook.refused:
+	case <-hook.held:
 	case <-time.After(20 * time.Second):
 		t.Fatal("the script call was never refused")
 	}

@@ -38,9 +38,12 @@ func flushersRunning(b *batcher) int { return flushersOutside(b, "") }
 
 // holdFirstPipeline is a go-redis hook that holds the first EVALSHA
 // pipeline, after its reply, until release is closed: a batch in flight
-// for as long as the test wants, as on a connection that hangs.
+// for as long as the test wants, as on a connection that hangs. With
+// loading, it holds the first that came back refused with LOADING (it
+// never ran).
 type holdFirstPipeline struct {
 	pipelineOnly
+	loading bool
 	taken   atomic.Bool
 	held    chan struct{}
 	release chan struct{}
@@ -49,7 +52,7 @@ type holdFirstPipeline struct {
 func (h *holdFirstPipeline) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		err := next(ctx, cmds)
-		if isEvalSha(cmds) && h.taken.CompareAndSwap(false, true) {
+		if isEvalSha(cmds) && (!h.loading || redis.IsLoadingError(cmds[0].Err())) && h.taken.CompareAndSwap(false, true) {
 			close(h.held)
 			<-h.release
 		}
