@@ -26,7 +26,8 @@ import (
 // passed (watchdog.go), and a caller whose context can end watches it too.
 // A call abandoned before its pipeline is built is never sent. When the
 // client does enforce context deadlines, a caller that finds nothing in
-// flight sends its call itself (inline.go).
+// flight sends its call itself (inline.go), unless it could be canceled
+// and its deadline is further than inlineLag away.
 //
 // Invariants. b.mu guards the fields of batcher from pending to watchAt,
 // and the batch and sentAt of every execScratch (failed has its own lock).
@@ -153,6 +154,15 @@ func enforcesDeadlines(client redis.UniversalClient) bool {
 	return false
 }
 
+// inlineLag is how late a caller whose context can be canceled may learn
+// of it, when it sends its own call (sendInline): it does only when its
+// deadline is at most inlineLag away, and learns of a cancellation with
+// the answer, or at that deadline. (DefaultTimeout is well within it: a
+// request's lone decision is sent from its own goroutine.) A caller with a
+// later deadline waits on its answer through a flusher, and gives up at
+// once when canceled.
+const inlineLag = time.Second
+
 // do queues c, or sends it itself (sendInline), and waits until it is
 // answered, ctx is done, or timeout has passed (timeout <= 0: no bound but
 // ctx's). It reports whether c was
@@ -173,13 +183,19 @@ func (b *batcher) do(ctx context.Context, timeout time.Duration, c *call) (answe
 		c.deadline = d
 	}
 	b.mu.Lock()
-	// Inline only for a caller that cannot cancel: go-redis bounds the
-	// command by the deadline, but does not watch cancellation while it
-	// reads; a caller that can cancel waits on its own answer instead.
-	if b.inline && b.active == 0 && !c.deadline.IsZero() && ctx.Done() == nil {
+	// Inline only for a caller whose cancellation would come at most
+	// inlineLag late: go-redis bounds the command by the deadline, but does
+	// not watch cancellation while it reads.
+	if b.inline && b.active == 0 && !c.deadline.IsZero() && (ctx.Done() == nil || c.deadline.Sub(now) <= inlineLag) {
 		b.active++ // callers arriving meanwhile queue behind this one
 		b.mu.Unlock()
-		return b.sendInline(c)
+		answered, err := b.sendInline(c)
+		if err != nil && ctx.Err() != nil {
+			// Canceled while its call was out, and not answered: say so
+			// as the context does (see the end of do).
+			return answered, ctx.Err()
+		}
+		return answered, err
 	}
 	b.pending = append(b.pending, c)
 	start := b.canStart(now)

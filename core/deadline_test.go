@@ -84,9 +84,10 @@ func TestInlineSendHonoursTimeoutWaitingForAConnection(t *testing.T) {
 	}
 }
 
-// The inline path also ignores the caller's cancellation: do promises to
-// return when "ctx is done", and the queued path does, but sendInline hands
-// go-redis a context that carries only the deadline.
+// The inline path does not see the caller's cancellation (sendInline hands
+// go-redis a context that carries only the deadline): a caller whose
+// deadline is far (here an hour) must not take it, and returns as soon as
+// it is canceled.
 func TestInlineSendHonoursCancel(t *testing.T) {
 	stuck := redis.NewClient(&redis.Options{Addr: redistest.StuckServer(t), ContextTimeoutEnabled: true,
 		MaxRetries: -1, ReadTimeout: time.Hour, WriteTimeout: time.Hour})
@@ -117,6 +118,55 @@ func TestInlineSendHonoursCancel(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Error("a canceled caller was still waiting 10s later (inline path ignores ctx.Done)")
+		stuck.Close()
+		<-done
+	}
+}
+
+// A caller that can be canceled, with a deadline within inlineLag (an HTTP
+// request with the default timeout), sends its own decision on a client
+// that enforces deadlines; canceled while Redis does not answer, it
+// returns context.Canceled by its deadline. Answered, it gets its answer.
+func TestInlineSendForCancelableCaller(t *testing.T) {
+	count := &countScripts{}
+	opt := redistest.Options(t)
+	opt.ContextTimeoutEnabled = true
+	c := redis.NewClient(opt)
+	defer c.Close()
+	c.AddHook(count)
+	lim := newOn(t, c, GCRA, PerHour(100), WithTimeout(DefaultTimeout), WithPrefix(fmt.Sprintf("inline-cancelable-%d", time.Now().UnixNano())))
+	loadScript(t, c)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if r, err := lim.Allow(ctx, "k"); err != nil || r.Remaining != 99 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	if n := count.n.Load(); n != 1 {
+		t.Errorf("%d script calls sent inline; want the decision's 1", n)
+	}
+
+	stuck := redis.NewClient(&redis.Options{Addr: redistest.StuckServer(t), ContextTimeoutEnabled: true,
+		MaxRetries: -1, ReadTimeout: time.Hour, WriteTimeout: time.Hour})
+	defer stuck.Close()
+	hung := newOn(t, stuck, GCRA, PerSecond(1), WithTimeout(inlineLag), WithHealthCheck(0, 0))
+	ctx, cancel = context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := hung.Allow(ctx, "k")
+		done <- err
+	}()
+	waitFor(t, "the inline send", func() bool {
+		active, pending, _, _ := batcherState(hung.batch)
+		return active > 0 && pending == 0
+	})
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("got %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second): // ten times its deadline
+		t.Error("a canceled caller was still waiting 10s later")
 		stuck.Close()
 		<-done
 	}
