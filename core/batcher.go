@@ -2,6 +2,8 @@ package core
 
 import (
 	"context"
+	"errors"
+	"net"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -190,9 +192,10 @@ func (b *batcher) do(ctx context.Context, timeout time.Duration, c *call) (answe
 		b.active++ // callers arriving meanwhile queue behind this one
 		b.mu.Unlock()
 		answered, err := b.sendInline(c)
-		if err != nil && ctx.Err() != nil {
-			// Canceled while its call was out, and not answered: say so
-			// as the context does (see the end of do).
+		if err != nil && (ctx.Err() != nil || ownDeadline(ctx, c, err)) {
+			// Canceled while its call was out, or out of time at its own
+			// deadline, and not answered: say so as the context does.
+			<-ctx.Done()
 			return answered, ctx.Err()
 		}
 		return answered, err
@@ -239,12 +242,31 @@ func (b *batcher) do(ctx context.Context, timeout time.Duration, c *call) (answe
 		}
 		return false, b.failed.timeout()
 	}
+	if c.err != nil && ownDeadline(ctx, c, c.err) {
+		<-ctx.Done()
+		return true, ctx.Err()
+	}
 	if c.err == context.DeadlineExceeded {
 		// The send's own context ended with the caller's deadline and
 		// answered first, as the watchdog would have.
 		return true, b.failed.timeout()
 	}
 	return true, c.err
+}
+
+// ownDeadline reports whether err, the failure of c's send, is a timeout at
+// ctx's own deadline (c's, or earlier), which has passed. go-redis's read
+// deadline and the send's context end at that instant, and the failed
+// read may wake before ctx's own timer: its caller then waits for ctx to
+// say so (decide must not count a caller's impatience against Redis, and
+// its error must be its context's).
+func ownDeadline(ctx context.Context, c *call, err error) bool {
+	d, ok := ctx.Deadline()
+	if !ok || d.After(c.deadline) || ctx.Done() == nil || time.Now().Before(d) {
+		return false
+	}
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }
 
 // handOver gives a place in active, just counted, to a parked flusher, with

@@ -172,6 +172,41 @@ func TestInlineSendForCancelableCaller(t *testing.T) {
 	}
 }
 
+// A send that fails at the caller's own deadline (go-redis's read deadline
+// is that instant, on the inline path and in a flusher alike) reports it as
+// the caller's context does, context.DeadlineExceeded, even when the
+// failed read wakes before the context's own timer: otherwise decide takes
+// it for Redis's failure (the middleware then serves a request past its
+// deadline on FailOpen), and WaitN on FailLocal goes on with the local
+// view, which counted nothing.
+func TestFailureAtOwnDeadlineIsTheContexts(t *testing.T) {
+	for _, inline := range []bool{false, true} {
+		stuck := redis.NewClient(&redis.Options{Addr: redistest.StuckServer(t), ContextTimeoutEnabled: inline,
+			MaxRetries: -1, ReadTimeout: time.Hour, WriteTimeout: time.Hour})
+		defer stuck.Close()
+		lim := newOn(t, stuck, GCRA, PerSecond(1000), WithTimeout(5*time.Second), WithHealthCheck(0, 0),
+			WithFailureMode(FailLocal))
+		allow, wait := 0, 0
+		var lastAllow, lastWait error
+		for i := 0; i < 20; i++ {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+			if _, err := lim.Allow(ctx, "k"); !errors.Is(err, context.DeadlineExceeded) {
+				allow, lastAllow = allow+1, err
+			}
+			cancel()
+			ctx, cancel = context.WithTimeout(context.Background(), 20*time.Millisecond)
+			if err := lim.Wait(ctx, "k"); err == nil || err.Error() != context.DeadlineExceeded.Error() {
+				wait, lastWait = wait+1, err
+			}
+			cancel()
+		}
+		if allow > 0 || wait > 0 {
+			t.Errorf("ContextTimeoutEnabled %v: at their own deadline %d/20 Allows (%v) and %d/20 Waits (%v) did not return the context's error",
+				inline, allow, lastAllow, wait, lastWait)
+		}
+	}
+}
+
 // A caller whose own context has already run out says nothing about Redis,
 // yet decide counts its DeadlineExceeded as a Redis failure: three such
 // callers open the breaker, and every caller of the limiter is then decided
