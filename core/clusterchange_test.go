@@ -380,6 +380,11 @@ func testStaleSlotMap(t *testing.T, cl *redistest.Cluster, from, to int) {
 	if got <= movedBefore {
 		t.Errorf("the old master answered MOVED %d times before the decisions and %d after: the slot map was not stale", movedBefore, got)
 	}
+	// The replicas learn the slots' new owner by gossip: the keys are
+	// counted by master once every node agrees on the masters.
+	if err := cl.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
 	fresh, err := core.New(cl.Client(t), core.TokenBucket, core.PerDay(changeLimit), core.WithPrefix(prefix))
 	if err != nil {
 		t.Fatal(err)
