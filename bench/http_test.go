@@ -41,8 +41,9 @@ var httpConcurrencies = []int{1, 64}
 const apiKeyHeader = "X-Api-Key"
 
 // httpVariants are the variants of every router in BenchmarkHTTP, in the
-// order of the table: no limiter, then sluice's middleware, then the peers'.
-var httpVariants = []string{"none", "sluice", "ulule", "redis_rate"}
+// order of the table: no limiter, then sluice's middleware (on a default
+// client, then on a ContextTimeoutEnabled one), then the peers'.
+var httpVariants = []string{"none", "sluice", "sluice_ctxtimeout", "ulule", "redis_rate"}
 
 // routerSetup builds one router's handler for each of httpVariants: a
 // trivial handler answering 200 "ok" to GET /, behind the variant's
@@ -57,6 +58,7 @@ type routerSetup struct {
 // those requests, so the benchmark fails on them itself.
 type httpLimiters struct {
 	sluiceRDB  redis.UniversalClient
+	sluiceCtx  redis.UniversalClient // ContextTimeoutEnabled
 	ulule      *limiter.Limiter
 	redisRate  *redis_rate.Limiter
 	sluiceErrs atomic.Int64
@@ -71,6 +73,19 @@ func (l *httpLimiters) reportErr(_ *http.Request, err error) {
 
 var httpLimit = core.Limit{Rate: rate, Period: time.Second}
 
+// sluiceFor returns the client and timeout of a sluice variant: "sluice" is
+// on a default client with -sluice.timeout, as the peers are on default
+// clients; "sluice_ctxtimeout" on a ContextTimeoutEnabled client with a 1s
+// timeout, the setup docs/performance.md recommends, where a lone request
+// sends its own decision (its deadline within the second the inline path
+// allows a caller that can be canceled).
+func (l *httpLimiters) sluiceFor(variant string) (redis.UniversalClient, time.Duration) {
+	if variant == "sluice_ctxtimeout" {
+		return l.sluiceCtx, time.Second
+	}
+	return l.sluiceRDB, *sluiceTimeout
+}
+
 // okBody is the trivial handler's answer.
 var okBody = []byte("ok")
 
@@ -82,9 +97,10 @@ func httpRouters() []routerSetup {
 		{name: "nethttp", build: func(variant string, l *httpLimiters) http.Handler {
 			var h http.Handler = http.HandlerFunc(okHandler)
 			switch variant {
-			case "sluice":
-				h = nethttp.GCRA(l.sluiceRDB, httpLimit, nethttp.WithKey(keyfunc.Header(apiKeyHeader)),
-					nethttp.WithTimeout(*sluiceTimeout), nethttp.WithErrorHandler(l.reportErr))(h)
+			case "sluice", "sluice_ctxtimeout":
+				rdb, timeout := l.sluiceFor(variant)
+				h = nethttp.GCRA(rdb, httpLimit, nethttp.WithKey(keyfunc.Header(apiKeyHeader)),
+					nethttp.WithTimeout(timeout), nethttp.WithErrorHandler(l.reportErr))(h)
 			case "ulule":
 				h = ululeStdlib(l.ulule).Handler(h)
 			case "redis_rate":
@@ -97,9 +113,10 @@ func httpRouters() []routerSetup {
 		{name: "chi", build: func(variant string, l *httpLimiters) http.Handler {
 			r := chi.NewRouter()
 			switch variant {
-			case "sluice":
-				r.Use(chilimit.GCRA(l.sluiceRDB, httpLimit, chilimit.WithKey(keyfunc.Header(apiKeyHeader)),
-					chilimit.WithTimeout(*sluiceTimeout), chilimit.WithErrorHandler(l.reportErr)))
+			case "sluice", "sluice_ctxtimeout":
+				rdb, timeout := l.sluiceFor(variant)
+				r.Use(chilimit.GCRA(rdb, httpLimit, chilimit.WithKey(keyfunc.Header(apiKeyHeader)),
+					chilimit.WithTimeout(timeout), chilimit.WithErrorHandler(l.reportErr)))
 			case "ulule":
 				r.Use(ululeStdlib(l.ulule).Handler)
 			case "redis_rate":
@@ -112,9 +129,10 @@ func httpRouters() []routerSetup {
 			gin.SetMode(gin.ReleaseMode)
 			r := gin.New()
 			switch variant {
-			case "sluice":
-				r.Use(ginlimit.GCRA(l.sluiceRDB, httpLimit, ginlimit.WithKey(keyfunc.Header(apiKeyHeader)),
-					ginlimit.WithTimeout(*sluiceTimeout), ginlimit.WithErrorHandler(l.reportErr)))
+			case "sluice", "sluice_ctxtimeout":
+				rdb, timeout := l.sluiceFor(variant)
+				r.Use(ginlimit.GCRA(rdb, httpLimit, ginlimit.WithKey(keyfunc.Header(apiKeyHeader)),
+					ginlimit.WithTimeout(timeout), ginlimit.WithErrorHandler(l.reportErr)))
 			case "ulule":
 				r.Use(ulgin.NewMiddleware(l.ulule, ulgin.WithKeyGetter(func(c *gin.Context) string {
 					return c.GetHeader(apiKeyHeader)
@@ -128,9 +146,10 @@ func httpRouters() []routerSetup {
 		{name: "echo", build: func(variant string, l *httpLimiters) http.Handler {
 			e := echo.New()
 			switch variant {
-			case "sluice":
-				e.Use(echolimit.GCRA(l.sluiceRDB, httpLimit, echolimit.WithKey(keyfunc.Header(apiKeyHeader)),
-					echolimit.WithTimeout(*sluiceTimeout), echolimit.WithErrorHandler(l.reportErr)))
+			case "sluice", "sluice_ctxtimeout":
+				rdb, timeout := l.sluiceFor(variant)
+				e.Use(echolimit.GCRA(rdb, httpLimit, echolimit.WithKey(keyfunc.Header(apiKeyHeader)),
+					echolimit.WithTimeout(timeout), echolimit.WithErrorHandler(l.reportErr)))
 			case "ulule":
 				// ulule/limiter has no echo middleware: its net/http one,
 				// wrapped as echo offers to.
@@ -276,7 +295,8 @@ func (w *httpWorker) close() { w.client.CloseIdleConnections() }
 
 // BenchmarkHTTP measures whole HTTP requests through a real net/http.Server
 // on loopback, for each router (net/http's ServeMux, chi, gin, echo) with
-// no limiter, with sluice's middleware of that router (GCRA), with
+// no limiter, with sluice's middleware of that router (GCRA; on a default
+// client, and on a ContextTimeoutEnabled one: see sluiceFor), with
 // ulule/limiter's middleware (its net/http one for ServeMux and chi, its
 // gin one for gin, its net/http one wrapped by echo.WrapMiddleware for
 // echo) and with a minimal redis_rate middleware written here (the key,
@@ -303,10 +323,12 @@ func BenchmarkHTTP(b *testing.B) {
 		b.Run(router.name, func(b *testing.B) {
 			lims := &httpLimiters{}
 			sluiceRDB, ululeRDB, rrRDB := newClient(), newClient(), newClient()
+			sluiceCtx := newClientWith(func(o *redis.Options) { o.ContextTimeoutEnabled = true })
 			defer sluiceRDB.Close()
+			defer sluiceCtx.Close()
 			defer ululeRDB.Close()
 			defer rrRDB.Close()
-			lims.sluiceRDB = sluiceRDB
+			lims.sluiceRDB, lims.sluiceCtx = sluiceRDB, sluiceCtx
 			lims.ulule = ululeLimiter(b, ululeRDB, "ulule", httpLimit)
 			lims.redisRate = redis_rate.NewLimiter(rrRDB)
 			servers := make([]*httpServer, len(httpVariants))

@@ -12,23 +12,25 @@ import (
 // httpVariants are BenchmarkHTTP's variants of every router, in table
 // order; httpPeers are the ones sluice is compared with.
 var (
-	httpVariants = []string{"none", "sluice", "ulule", "redis_rate"}
+	httpVariants = []string{"none", "sluice", "sluice_ctxtimeout", "ulule", "redis_rate"}
 	httpPeers    = []string{"ulule", "redis_rate"}
 )
 
 var httpDisplay = map[string]string{
-	"none":       "no limiter",
-	"sluice":     "sluice GCRA",
-	"ulule":      "ulule/limiter v3",
-	"redis_rate": "redis_rate v10",
-	"nethttp":    "net/http ServeMux",
+	"none":              "no limiter",
+	"sluice":            "sluice GCRA",
+	"sluice_ctxtimeout": "sluice GCRA, ContextTimeoutEnabled client",
+	"ulule":             "ulule/limiter v3",
+	"redis_rate":        "redis_rate v10",
+	"nethttp":           "net/http ServeMux",
 }
 
 var httpColors = map[string]string{
-	"none":       "#bdbdbd",
-	"sluice":     "#08306b",
-	"ulule":      "#fdae6b",
-	"redis_rate": "#e6550d",
+	"none":              "#bdbdbd",
+	"sluice":            "#08306b",
+	"sluice_ctxtimeout": "#4292c6",
+	"ulule":             "#fdae6b",
+	"redis_rate":        "#e6550d",
 }
 
 func httpName(s string) string {
@@ -127,7 +129,7 @@ func writeHTTP(w io.Writer, runs []*httpRun) {
 				}
 			}
 			ratio := "–"
-			if rps, ok := run.value(v, "req/s"); v == "sluice" && ok && best > 0 {
+			if rps, ok := run.value(v, "req/s"); strings.HasPrefix(v, "sluice") && ok && best > 0 {
 				ratio = fmt.Sprintf("%.2f×", rps/best)
 			}
 			fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s | %s | %s |\n", httpName(run.router), run.c, httpName(v),
