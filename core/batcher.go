@@ -167,7 +167,8 @@ const inlineLag = time.Second
 
 // do queues c, or sends it itself (sendInline), and waits until it is
 // answered, ctx is done, or timeout has passed (timeout <= 0: no bound but
-// ctx's). It reports whether c was
+// ctx's); sending it itself, it learns that ctx was canceled only with the
+// answer or at the deadline (see inlineLag). It reports whether c was
 // answered; when it was not, the caller must not reuse c.
 func (b *batcher) do(ctx context.Context, timeout time.Duration, c *call) (answered bool, err error) {
 	if err := ctx.Err(); err != nil {
