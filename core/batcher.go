@@ -193,7 +193,7 @@ func (b *batcher) do(ctx context.Context, timeout time.Duration, c *call) (answe
 		b.active++ // callers arriving meanwhile queue behind this one
 		b.mu.Unlock()
 		answered, err := b.sendInline(c)
-		if err != nil && (ctx.Err() != nil || ownDeadline(ctx, c, err)) {
+		if err != nil && (ctx.Err() != nil || timedOutAtOwnDeadline(ctx, c, err)) {
 			// Canceled while its call was out, or out of time at its own
 			// deadline, and not answered: say so as the context does.
 			<-ctx.Done()
@@ -237,13 +237,13 @@ func (b *batcher) do(ctx context.Context, timeout time.Duration, c *call) (answe
 		// At the caller's own deadline, say so as its context does (decide
 		// must not count a caller's impatience against Redis): the
 		// watchdog may have fired a moment before the context's timer.
-		if d, ok := ctx.Deadline(); ok && !d.After(c.deadline) && ctx.Done() != nil {
+		if ownDeadline(ctx, c) {
 			<-ctx.Done()
 			return false, ctx.Err()
 		}
 		return false, b.failed.timeout()
 	}
-	if c.err != nil && ownDeadline(ctx, c, c.err) {
+	if timedOutAtOwnDeadline(ctx, c, c.err) {
 		<-ctx.Done()
 		return true, ctx.Err()
 	}
@@ -255,15 +255,21 @@ func (b *batcher) do(ctx context.Context, timeout time.Duration, c *call) (answe
 	return true, c.err
 }
 
-// ownDeadline reports whether err, the failure of c's send, is a timeout at
-// ctx's own deadline (c's, or earlier), which has passed. go-redis's read
+// ownDeadline reports whether c's deadline is ctx's own (the timeout did
+// not come first), so that ctx will say when it passes.
+func ownDeadline(ctx context.Context, c *call) bool {
+	d, ok := ctx.Deadline()
+	return ok && !d.After(c.deadline) && ctx.Done() != nil
+}
+
+// timedOutAtOwnDeadline reports whether err, the failure of c's send, is a
+// timeout at ctx's own deadline, which has passed. go-redis's read
 // deadline and the send's context end at that instant, and the failed
 // read may wake before ctx's own timer: its caller then waits for ctx to
 // say so (decide must not count a caller's impatience against Redis, and
 // its error must be its context's).
-func ownDeadline(ctx context.Context, c *call, err error) bool {
-	d, ok := ctx.Deadline()
-	if !ok || d.After(c.deadline) || ctx.Done() == nil || time.Now().Before(d) {
+func timedOutAtOwnDeadline(ctx context.Context, c *call, err error) bool {
+	if err == nil || !ownDeadline(ctx, c) || time.Now().Before(c.deadline) {
 		return false
 	}
 	var ne net.Error
