@@ -18,7 +18,7 @@ import (
 func TestAbandonedCallsAreNotSent(t *testing.T) {
 	c := redistest.Client(t)
 	lim := newOn(t, c, GCRA, PerMinute(1))
-	b := newBatcher(c, 1, lim.batch.ruleArgs)
+	b := newBatcher(c, lim.batch.script, 1, lim.batch.ruleArgs)
 	b.flushers = 0 // nothing flushes until we say so
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

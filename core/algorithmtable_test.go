@@ -1,6 +1,7 @@
 package core
 
 import (
+	"fmt"
 	"regexp"
 	"slices"
 	"strconv"
@@ -91,4 +92,41 @@ func stringsOf(algs []Algorithm) []string {
 		out[i] = string(a)
 	}
 	return out
+}
+
+// A limiter whose rules are all of one algorithm runs that algorithm's own
+// script, without the other algorithms' files; any other policy runs the
+// script of every algorithm. Either keeps the codes of the dispatch.
+func TestScriptOfOneAlgorithm(t *testing.T) {
+	rulesOf := func(algs ...Algorithm) []compiledRule {
+		var rules []Rule
+		for i, a := range algs {
+			rules = append(rules, Rule{Name: fmt.Sprintf("r%d", i), Algorithm: a, Limit: PerSecond(10)})
+		}
+		compiled, err := compileRules(rules)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return compiled
+	}
+	for i := range algorithmTable {
+		spec := &algorithmTable[i]
+		own := scriptFor(rulesOf(spec.name))
+		if own == allScript || scriptFor(rulesOf(spec.name, spec.name)) != own {
+			t.Errorf("%s: a limiter of its rules alone does not run its own script", spec.name)
+		}
+		src := own.src.(string)
+		for _, f := range scriptFiles {
+			body, _ := luaFiles.ReadFile("lua/" + f)
+			if got, want := strings.Contains(src, string(body)), slices.Contains(scriptFileOrder(algorithmTable[i:i+1]), f); got != want {
+				t.Errorf("%s: its script carries %s: %v, want %v", spec.name, f, got, want)
+			}
+		}
+		if !strings.Contains(src, algorithmDispatch()) || !strings.HasPrefix(own.nodeSrc.(string), "#!lua flags=allow-cross-slot-keys\n") {
+			t.Errorf("%s: its script lacks the dispatch, or its node form the flag", spec.name)
+		}
+	}
+	if scriptFor(rulesOf(GCRA, FixedWindow)) != allScript {
+		t.Error("a policy of two algorithms does not run the script of every algorithm")
+	}
 }

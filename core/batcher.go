@@ -71,11 +71,12 @@ type batcher struct {
 	inline    bool                 // the client enforces context deadlines
 	grouping  grouping             // which decisions may share a script call
 	cluster   *redis.ClusterClient // the client, when grouping is groupNode
-	// slotsOnly: the cluster's servers refused nodeScriptSrc (Redis
+	// slotsOnly: the cluster's servers refused the script's node form (Redis
 	// before 7 knows no script flags); decisions then group by slot.
 	slotsOnly atomic.Bool
 	masters   atomic.Int32  // the cluster masters the last batch went to (see mayGo)
 	rules     int           // keys per decision
+	script    *luaScript    // the script the limiter's decisions run (see scriptFor)
 	ruleArgs  []interface{} // the script arguments every decision shares
 
 	mu        sync.Mutex
@@ -106,11 +107,11 @@ const (
 	groupNone                 // a Ring or another client: each alone
 )
 
-func newBatcher(client redis.UniversalClient, rules int, ruleArgs []interface{}) *batcher {
+func newBatcher(client redis.UniversalClient, script *luaScript, rules int, ruleArgs []interface{}) *batcher {
 	// Three flushers: a batch that mayGo lets go may leave while a flusher
 	// whose batch has returned still hands out its answers.
 	b := &batcher{client: client, flushers: 3, maxBatch: 512, execLimit: 30 * time.Second,
-		inline: enforcesDeadlines(client), rules: rules, ruleArgs: ruleArgs, grouping: groupNone,
+		inline: enforcesDeadlines(client), script: script, rules: rules, ruleArgs: ruleArgs, grouping: groupNone,
 		stalls: poolSize(client)}
 	b.wake = make(chan bool, b.flushers+b.stalls)
 	b.failed.dials = watchDials(client)

@@ -166,13 +166,26 @@ func batcherState(b *batcher) (active, pending, inflight int, watching bool) {
 	return b.active, len(b.pending), b.inflight, b.watching
 }
 
-// loadScript loads the policy script, so that a test's first EVALSHA is
-// not answered NOSCRIPT.
+// loadScript loads every script a limiter may run (see scriptFor), so
+// that a test's first EVALSHA is not answered NOSCRIPT.
 func loadScript(t *testing.T, c redis.Scripter) {
 	t.Helper()
-	if err := c.ScriptLoad(context.Background(), scriptSrc).Err(); err != nil {
-		t.Fatal(err)
+	for _, src := range everyScript() {
+		if err := c.ScriptLoad(context.Background(), src).Err(); err != nil {
+			t.Fatal(err)
+		}
 	}
+}
+
+// everyScript returns the plain source of every script a limiter may run:
+// each algorithm's own, and that of every algorithm.
+func everyScript() []string {
+	srcs := []string{scriptSrc}
+	for i := range algorithmTable {
+		s := scriptFor([]compiledRule{{spec: &algorithmTable[i]}})
+		srcs = append(srcs, s.src.(string))
+	}
+	return srcs
 }
 
 // waitPending waits until n calls are queued in b.

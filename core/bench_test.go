@@ -115,7 +115,7 @@ func BenchmarkGoRedisBaseline(b *testing.B) {
 // baselineArgs returns the whole script call of one Allow of key.
 func baselineArgs(lim *Limiter, key string) []interface{} {
 	c := &call{keys: lim.appendKeys(nil, storedKey(key)), unit: true}
-	return appendScriptCall(nil, false, false, []*call{c}, lim.batch.ruleArgs)
+	return appendScriptCall(nil, lim.batch.script, false, false, []*call{c}, lim.batch.ruleArgs)
 }
 
 func goRedisBaseline(ctx context.Context, c redis.UniversalClient, args []interface{}) {

@@ -6,13 +6,13 @@ import (
 )
 
 // appendScriptCall appends to dst the whole command that decides calls in
-// one script call: EVALSHA and the hash (EVAL and the source when source),
+// one script call of s: EVALSHA and the hash (EVAL and the source when source),
 // the number of keys, every call's keys (by pointer: see keyArg), the
 // arguments every decision shares, then each call's own argument unless
 // all consume 1 (see allUnit).
 //
 // With cross, the calls lie in several slots of one Redis Cluster master:
-// the command is nodeScriptSrc's, declaring no keys, with every call's
+// the command is the node form of s, declaring no keys, with every call's
 // keys at the head of ARGV after their number (see lua/policy.lua). Its
 // first key, at crossKeyPos, routes it (see scriptGroup.build), but Redis
 // checks none before running it: a declared key absent from a slot being
@@ -21,10 +21,10 @@ import (
 // absent, the counts still on the first master included. Undeclared, each
 // request's keys are checked at its own first access, on the master the
 // client chose, and a request not served there is sent again alone.
-func appendScriptCall(dst []interface{}, source, cross bool, calls []*call, ruleArgs []interface{}) []interface{} {
-	hash, src := scriptHashArg, scriptSrcArg
+func appendScriptCall(dst []interface{}, s *luaScript, source, cross bool, calls []*call, ruleArgs []interface{}) []interface{} {
+	hash, src := s.hash, s.src
 	if cross {
-		hash, src = nodeHashArg, nodeSrcArg
+		hash, src = s.nodeHash, s.nodeSrc
 	}
 	if source {
 		dst = append(dst, "eval", src, 0)

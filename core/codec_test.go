@@ -163,7 +163,7 @@ func TestUnitRequestsSendOnlyTheirKeys(t *testing.T) {
 		{"mixed", []*call{req("c", true, 1), req("c", true, 3), req("c", false, 1), req("d", true, 1)}, []int{9, 6, 6, 9}},
 	} {
 		g := &scriptGroup{calls: tc.calls}
-		g.build(ctx, lim.batch.ruleArgs)
+		g.build(ctx, lim.batch.script, lim.batch.ruleArgs)
 		keys := len(tc.calls) * R
 		perRequest := len(g.args) - 3 - keys - len(lim.batch.ruleArgs)
 		if unit := allUnit(tc.calls); unit && perRequest != 0 || !unit && perRequest != len(tc.calls) {

@@ -209,7 +209,7 @@ func TestTwinMatchesBatchedScriptCalls(t *testing.T) {
 					c := &call{keys: lim.appendKeys(nil, storedKey(r.key)), args: appendArgs(nil, r.consume, r.n), unit: r.consume && r.n == 1}
 					g.calls = append(g.calls, c)
 				}
-				g.build(ctx, lim.batch.ruleArgs)
+				g.build(ctx, lim.batch.script, lim.batch.ruleArgs)
 				reply, err := client.Do(ctx, g.args...).Int64Slice()
 				if err != nil {
 					t.Fatalf("batch %d: %v", b, err)

@@ -179,7 +179,7 @@ func (b *batcher) exec(x *execScratch, batch []*call) {
 	groups := x.groups[:x.used]
 	for _, g := range groups {
 		g.alone = len(groups) == 1
-		g.build(ctx, b.ruleArgs)
+		g.build(ctx, b.script, b.ruleArgs)
 		_ = pipe.Process(ctx, scriptCmd{g.cmd})
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command below; an empty pipeline sends nothing
@@ -292,7 +292,7 @@ type scriptGroup struct {
 	again  bool // to be sent again (resend)
 	alone  bool // it went alone in the pipeline of its last send
 	byNode bool // its calls are bound for one cluster master, of any slots
-	cross  bool // its last send was nodeScriptSrc's: its calls lie in several slots
+	cross  bool // its last send was the script's node form: its calls lie in several slots
 	fresh  bool // made of calls of another group, for resend to send
 
 	answered bool // its calls have been answered (answer)
@@ -301,8 +301,8 @@ type scriptGroup struct {
 
 // build makes the group's script call of its calls: EVALSHA, or EVAL with
 // the source once Redis has answered NOSCRIPT. A group bound for a cluster
-// master whose calls lie in several slots sends nodeScriptSrc.
-func (g *scriptGroup) build(ctx context.Context, ruleArgs []interface{}) {
+// master whose calls lie in several slots sends the script's node form.
+func (g *scriptGroup) build(ctx context.Context, s *luaScript, ruleArgs []interface{}) {
 	g.cross = false
 	if g.byNode {
 		for _, c := range g.calls[1:] {
@@ -313,7 +313,7 @@ func (g *scriptGroup) build(ctx context.Context, ruleArgs []interface{}) {
 		}
 	}
 	clear(g.args)
-	g.args = appendScriptCall(g.args[:0], g.source, g.cross, g.calls, ruleArgs)
+	g.args = appendScriptCall(g.args[:0], s, g.source, g.cross, g.calls, ruleArgs)
 	g.cmd = redis.NewIntSliceCmd(ctx, g.args...)
 	if g.cross {
 		// Routed by its first key, which it does not declare (see
@@ -364,7 +364,7 @@ func (g *scriptGroup) keepWaiting() bool {
 // as with any client). What a round settles is answered at once, not held
 // through the pauses and rounds that other groups still need.
 //
-// A cluster whose masters refuse nodeScriptSrc (Redis before 7 knows no
+// A cluster whose masters refuse the node form (Redis before 7 knows no
 // script flags, and its refusal ran nothing) has its limiter group by slot
 // from then on, and the calls of such a group go again one by one; so do
 // those of a group refused by a replica (READONLY: the master it went to
@@ -433,7 +433,7 @@ func (b *batcher) resend(ctx context.Context, x *execScratch) {
 		pipe := b.client.Pipeline()
 		for _, g := range sent {
 			g.alone = len(sent) == 1
-			g.build(ctx, b.ruleArgs)
+			g.build(ctx, b.script, b.ruleArgs)
 			_ = pipe.Process(ctx, scriptCmd{g.cmd})
 		}
 		_, _ = pipe.Exec(ctx)

@@ -16,7 +16,7 @@ func (b *batcher) sendInline(c *call) (bool, error) {
 	switch c.kind {
 	case callScript:
 		one := [1]*call{c}
-		args := appendScriptCall(c.scratch[:0], false, false, one[:], b.ruleArgs)
+		args := appendScriptCall(c.scratch[:0], b.script, false, false, one[:], b.ruleArgs)
 		var cmd *redis.IntSliceCmd
 		for sends := 1; ; sends++ {
 			cmd = redis.NewIntSliceCmd(ctx, args...)
@@ -26,7 +26,7 @@ func (b *batcher) sendInline(c *call) (bool, error) {
 				break
 			}
 			if isNoScript(err) {
-				args[0], args[1] = "eval", scriptSrcArg
+				args[0], args[1] = "eval", b.script.src
 			} else if !resendable(err, true) || !pause(ctx, sends) {
 				break
 			}

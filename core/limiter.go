@@ -111,7 +111,7 @@ func NewPolicy(client redis.UniversalClient, rules []Rule, opts ...Option) (*Lim
 	if err != nil {
 		return nil, err
 	}
-	l := &Limiter{rules: compiled, prefix: o.prefix, fp: fingerprint(compiled), opts: o, batch: newBatcher(client, len(compiled), ruleArgs(compiled))}
+	l := &Limiter{rules: compiled, prefix: o.prefix, fp: fingerprint(compiled), opts: o, batch: newBatcher(client, scriptFor(compiled), len(compiled), ruleArgs(compiled))}
 	l.health = health{
 		threshold:  o.failures,
 		maxBackoff: o.maxBackoff,

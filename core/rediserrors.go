@@ -138,7 +138,7 @@ func isNoScript(err error) bool {
 }
 
 // isNotHere reports whether err is a cluster master's answer to a request,
-// inside a script of requests of several slots (nodeScriptSrc), whose keys
+// inside a script of requests of several slots (its node form), whose keys
 // it does not serve: their slot has moved (the client's slot map is
 // stale), is being migrated away, or is being imported; or its cluster is
 // down (the call, declaring no keys, was not refused as a whole). The
@@ -157,7 +157,7 @@ func isNotHere(err error) bool {
 		strings.Contains(msg, "while the cluster is down")
 }
 
-// noScriptFlags reports whether err is the refusal of nodeScriptSrc by a
+// noScriptFlags reports whether err is the refusal of a node form by a
 // Redis that knows no script flags (before 7): its "#!lua" line does not
 // compile, so nothing ran.
 func noScriptFlags(err error) bool {

@@ -48,7 +48,12 @@ func ringOfTwo(t *testing.T, proxied string, farHook redis.Hook,
 	t.Cleanup(func() { ring.Close() })
 	ctx := context.Background()
 	if err := ring.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error {
-		return c.ScriptLoad(ctx, scriptSrc).Err()
+		for _, src := range everyScript() {
+			if err := c.ScriptLoad(ctx, src).Err(); err != nil {
+				return err
+			}
+		}
+		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}

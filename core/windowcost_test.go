@@ -28,7 +28,7 @@ func TestWindowsDenyCostAboveTheRate(t *testing.T) {
 		l := tc.l
 		lim := newOn(t, c, tc.alg, l, WithPrefix(fmt.Sprintf("over-%d", time.Now().UnixNano())))
 		g := &scriptGroup{calls: []*call{{keys: lim.appendKeys(nil, storedKey("k")), args: appendArgs(nil, true, 11)}}}
-		g.build(ctx, lim.batch.ruleArgs)
+		g.build(ctx, lim.batch.script, lim.batch.ruleArgs)
 		reply, err := c.Do(ctx, g.args...).Int64Slice()
 		if err != nil {
 			t.Fatalf("%s %v: %v", tc.alg, l, err)

@@ -1,5 +1,6 @@
 -- prelude.lua: helpers shared by every algorithm. sluice concatenates
--- prelude.lua, the six algorithm files and policy.lua into one script.
+-- prelude.lua, the files of a limiter's algorithm (of all six for a policy
+-- of several algorithms) and policy.lua into one script (core/script.go).
 --
 -- Lua numbers are doubles. Every quantity sluice computes is an integer
 -- below 2^52 (core/compile.go bounds the rules' parameters by 2^50; time in
