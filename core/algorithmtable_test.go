@@ -130,3 +130,15 @@ func TestScriptOfOneAlgorithm(t *testing.T) {
 		t.Error("a policy of two algorithms does not run the script of every algorithm")
 	}
 }
+
+// An algorithm's script declares every name the files it leaves out
+// define at their top level, each name of a list too: the dispatch and
+// policy.lua may name any of them, and Redis refuses a script that reads a
+// global it does not know.
+func TestLuaDefinitionsSeeEveryTopLevelName(t *testing.T) {
+	src := "local function fw_a(x)\nlocal fw_b, TAGS2 = 1, 2\nlocal swc = meter\n  local inner = 3\nlocal function f()\n"
+	want := []string{"fw_a", "fw_b", "TAGS2", "swc", "f"}
+	if got := luaDefinitions([]byte(src)); !slices.Equal(got, want) {
+		t.Errorf("luaDefinitions found %q; the file defines %q", got, want)
+	}
+}

@@ -126,8 +126,21 @@ end)()
 `
 }
 
-// luaDefinition matches a name an embedded file defines at its top level.
-var luaDefinition = regexp.MustCompile(`(?m)^local (?:function )?([a-z_]+)\b`)
+// luaDefinition matches a top-level definition of an embedded file: a
+// local function, or a list of locals ("local a, b = ..."), whose names
+// are its first group.
+var luaDefinition = regexp.MustCompile(`(?m)^local (?:function )?(\w+(?:\s*,\s*\w+)*)`)
+
+// luaDefinitions returns the names src defines at its top level.
+func luaDefinitions(src []byte) []string {
+	var names []string
+	for _, m := range luaDefinition.FindAllSubmatch(src, -1) {
+		for _, name := range strings.Split(string(m[1]), ",") {
+			names = append(names, strings.TrimSpace(name))
+		}
+	}
+	return names
+}
 
 // scriptSource assembles the script of the algorithms of specs (see
 // scriptFiles), in its plain or node form. The names defined by the files
@@ -142,9 +155,7 @@ func scriptSource(node bool, specs []algorithmSpec) string {
 		if slices.Contains(files, name) {
 			continue
 		}
-		for _, m := range luaDefinition.FindAllSubmatch(mustReadLua(name), -1) {
-			absent = append(absent, string(m[1]))
-		}
+		absent = append(absent, luaDefinitions(mustReadLua(name))...)
 	}
 	var b strings.Builder
 	if node {
