@@ -90,9 +90,9 @@ var ownScripts [len(algorithmTable)]struct {
 // and otherwise the script of every algorithm.
 //
 // Every script call runs the whole script anew, making every function it
-// defines: a lone GCRA decision costs Redis 73.7k instructions in the
-// script of every algorithm and 64.1k in GCRA's own; a lone FixedWindow
-// decision 64.9k and 55.8k. The codes are the same in every script (an
+// defines: a lone GCRA decision costs Redis about 74k instructions in the
+// script of every algorithm and 64k in GCRA's own; a lone FixedWindow
+// decision 65k and 57k. The codes are the same in every script (an
 // algorithm left out is nil in the dispatch).
 func scriptFor(rules []compiledRule) *luaScript {
 	spec := rules[0].spec

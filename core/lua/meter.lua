@@ -145,7 +145,8 @@ local function meter(key, now, rate, event, cap, n, _, maxdelay, cell)
 end
 
 -- meter_lone is meter's common case written apart: a request of a lone
--- rule (policy.lua's one-rule loop) that does not bound its delay (GCRA,
+-- rule (policy.lua's fast path for a call of one request, then its
+-- one-rule loop) that does not bound its delay (GCRA,
 -- TokenBucket, LeakyBucket without core.WithMaxDelay) and whose emission
 -- interval is a whole number of ticks (b a multiple of a, as for 10 per
 -- second), so that the TAT is always one whole number. It decides as

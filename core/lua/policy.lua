@@ -54,6 +54,11 @@
 -- 2,000 of Redis's instructions against 500 to 800. Every argument the
 -- client sends is a decimal integer; a stored value, which could be
 -- anything, is still read with tonumber (nil when it is not a number).
+if redis.replicate_commands then
+  -- Redis 6 set to lua-replicate-commands no would replicate the script
+  -- verbatim and refuse a write after TIME; 7 always replicates effects
+  redis.replicate_commands()
+end
 local time = call('TIME')
 local now_us = time[1] * 1000000 + time[2]
 
