@@ -45,6 +45,11 @@
 -- admit and it consumes, every rule consumes and reports its state after.
 -- Sending many requests in one call spares Redis the cost of a script call
 -- per request: the decisions are the same as if sent one by one.
+if redis.replicate_commands then
+  -- Redis 6 set to lua-replicate-commands no would replicate the script
+  -- verbatim and refuse a write after TIME; 7 always replicates effects
+  redis.replicate_commands()
+end
 -- algorithms, the functions by code, is not defined here: the client puts
 -- it just before this file, generated from its table of algorithms
 -- (core/algorithms.go), so that the codes are listed once.
@@ -54,11 +59,6 @@
 -- 2,000 of Redis's instructions against 500 to 800. Every argument the
 -- client sends is a decimal integer; a stored value, which could be
 -- anything, is still read with tonumber (nil when it is not a number).
-if redis.replicate_commands then
-  -- Redis 6 set to lua-replicate-commands no would replicate the script
-  -- verbatim and refuse a write after TIME; 7 always replicates effects
-  redis.replicate_commands()
-end
 local time = call('TIME')
 local now_us = time[1] * 1000000 + time[2]
 
