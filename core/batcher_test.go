@@ -202,7 +202,7 @@ func isEvalSha(cmds []redis.Cmder) bool {
 }
 
 // holdPipelines is a go-redis hook: while holding, every EVALSHA pipeline
-// (or script call: see sendsToo) is held after its reply has been read (its connection is back in the
+// is held after its reply has been read (its connection is back in the
 // pool) until open is closed.
 type holdPipelines struct {
 	pipelineOnly
@@ -210,10 +210,6 @@ type holdPipelines struct {
 	holding bool
 	held    int
 	open    chan struct{}
-}
-
-func (h *holdPipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return sendsToo(h.ProcessPipelineHook, next)
 }
 
 func (h *holdPipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
@@ -310,35 +306,11 @@ func pipelineArgs(cmds []redis.Cmder) string {
 	return sb.String()
 }
 
-// sendsToo makes a hook's pipeline function see a script call sent on its
-// own too, as a pipeline of one: the batcher sends a batch bound for one
-// server as a plain command (see exec). Other single commands pass by.
-func sendsToo(pipe func(redis.ProcessPipelineHook) redis.ProcessPipelineHook, next redis.ProcessHook) redis.ProcessHook {
-	hooked := pipe(func(ctx context.Context, cmds []redis.Cmder) error {
-		err := next(ctx, cmds[0])
-		if err != nil {
-			cmds[0].SetErr(err) // as a pipeline's are, before its hooks see them
-		}
-		return err
-	})
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if name := strings.ToLower(cmd.Name()); name != "evalsha" && name != "eval" {
-			return next(ctx, cmd)
-		}
-		return hooked(ctx, []redis.Cmder{cmd})
-	}
-}
-
 // pipeHook is a go-redis hook calling before and after (when set) around
-// every pipeline and script call, with the text of its commands'
-// arguments.
+// every pipeline, with the text of its commands' arguments.
 type pipeHook struct {
 	pipelineOnly
 	before, after func(args string)
-}
-
-func (h *pipeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return sendsToo(h.ProcessPipelineHook, next)
 }
 
 func (h *pipeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {

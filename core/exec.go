@@ -162,6 +162,7 @@ func (b *batcher) exec(x *execScratch, batch []*call) {
 	}
 	// The scripts go after: a decision whose caller stopped waiting during
 	// that round trip (and was told it failed) is not sent.
+	pipe := b.client.Pipeline()
 	if other != nil {
 		now = time.Now()
 	}
@@ -176,24 +177,12 @@ func (b *batcher) exec(x *execScratch, batch []*call) {
 		b.masters.Store(int32(len(x.byNode)))
 	}
 	groups := x.groups[:x.used]
-	if len(groups) == 1 && b.grouping == groupAll {
-		// One script call to one server, as every batch of a Client is:
-		// sent as a plain command, which costs go-redis half the
-		// allocations of a pipeline of one. (Groups bound for a cluster
-		// stay in a pipeline, whose redirections resend handles.)
-		g := groups[0]
-		g.alone = true
+	for _, g := range groups {
+		g.alone = len(groups) == 1
 		g.build(ctx, b.script, b.ruleArgs)
-		_ = b.client.Process(ctx, scriptCmd{g.cmd}) // its error is read below
-	} else {
-		pipe := b.client.Pipeline()
-		for _, g := range groups {
-			g.alone = len(groups) == 1
-			g.build(ctx, b.script, b.ruleArgs)
-			_ = pipe.Process(ctx, scriptCmd{g.cmd})
-		}
-		_, _ = pipe.Exec(ctx) // errors are read per command below; an empty pipeline sends nothing
+		_ = pipe.Process(ctx, scriptCmd{g.cmd})
 	}
+	_, _ = pipe.Exec(ctx) // errors are read per command below; an empty pipeline sends nothing
 	// The groups already settled are answered before any resend: one
 	// group's refusal (its pauses, its round trips) must not hold answers
 	// that are in hand, on a healthy node, past their callers' deadlines.

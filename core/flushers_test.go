@@ -37,7 +37,7 @@ func TestNoFlusherOutlivesTheTraffic(t *testing.T) {
 func flushersRunning(b *batcher) int { return flushersOutside(b, "") }
 
 // holdFirstPipeline is a go-redis hook that holds the first EVALSHA
-// pipeline (or script call: see sendsToo), after its reply, until release is closed: a batch in flight
+// pipeline, after its reply, until release is closed: a batch in flight
 // for as long as the test wants, as on a connection that hangs. With
 // loading, it holds the first that came back refused with LOADING (it
 // never ran).
@@ -47,10 +47,6 @@ type holdFirstPipeline struct {
 	taken   atomic.Bool
 	held    chan struct{}
 	release chan struct{}
-}
-
-func (h *holdFirstPipeline) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return sendsToo(h.ProcessPipelineHook, next)
 }
 
 func (h *holdFirstPipeline) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
