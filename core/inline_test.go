@@ -103,3 +103,53 @@ func TestInlineSendsAtMostMaxSends(t *testing.T) {
 		t.Errorf("one decision sent %d times (%v); maxSends is %d", n, err, maxSends)
 	}
 }
+
+// wrapErrors is a go-redis hook that wraps every error it sees, as
+// instrumentation hooks do: go-redis stores a command's error as its
+// hooks return it.
+type wrapErrors struct{}
+
+func (wrapErrors) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (wrapErrors) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if err := next(ctx, cmd); err != nil {
+			return fmt.Errorf("redis %s: %w", cmd.Name(), err)
+		}
+		return nil
+	}
+}
+func (wrapErrors) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if err := next(ctx, cmds); err != nil {
+			return fmt.Errorf("redis pipeline: %w", err)
+		}
+		return nil
+	}
+}
+
+// A hook of the client's that wraps errors does not hide Redis's NOSCRIPT
+// from the limiter: after a SCRIPT FLUSH, the decision is sent again with
+// the script's source, on both paths.
+func TestNoScriptThroughAWrappingHook(t *testing.T) {
+	for _, ctxTimeout := range []bool{false, true} {
+		opt := redistest.Options(t)
+		opt.ContextTimeoutEnabled = ctxTimeout
+		c := redis.NewClient(opt)
+		defer c.Close()
+		c.AddHook(wrapErrors{})
+		lim := newOn(t, c, FixedWindow, PerHour(10), WithTimeout(5*time.Second), WithHealthCheck(0, 0),
+			WithPrefix(fmt.Sprintf("wrapped-%d", time.Now().UnixNano())))
+		if lim.batch.inline != ctxTimeout {
+			t.Fatalf("ContextTimeoutEnabled %v: inline %v", ctxTimeout, lim.batch.inline)
+		}
+		ctx := context.Background()
+		for i := 0; i < 3; i++ {
+			if err := c.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if r, err := lim.Allow(ctx, "k"); err != nil || r.Remaining != 9-i {
+				t.Errorf("ContextTimeoutEnabled %v, Allow %d after SCRIPT FLUSH: %+v, %v; want it decided", ctxTimeout, i+1, r, err)
+			}
+		}
+	}
+}

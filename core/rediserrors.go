@@ -43,9 +43,21 @@ var refusals = [...]refusal{
 	{"OOM", nil, false},
 }
 
+// replyText returns what Redis replied, when err is or wraps a reply of
+// Redis's, and otherwise err's text: a hook of the client's may wrap a
+// command's error (go-redis keeps a command's error as its hooks return
+// it), and Redis's replies are recognised by how they begin.
+func replyText(err error) string {
+	var reply redis.Error
+	if errors.As(err, &reply) {
+		return reply.Error()
+	}
+	return err.Error()
+}
+
 // refusedBy returns the refusal err is, or nil.
 func refusedBy(err error) *refusal {
-	msg := err.Error()
+	msg := replyText(err)
 	for i := range refusals {
 		r := &refusals[i]
 		if r.is != nil && r.is(err) || strings.HasPrefix(msg, r.prefix) {
@@ -134,7 +146,7 @@ func isRedisReply(err error) bool {
 // isNoScript reports whether err is Redis's NOSCRIPT: it lost the script
 // (a restart, SCRIPT FLUSH, a failover to a replica that never saw it).
 func isNoScript(err error) bool {
-	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+	return err != nil && strings.HasPrefix(replyText(err), "NOSCRIPT")
 }
 
 // isNotHere reports whether err is a cluster master's answer to a request,
