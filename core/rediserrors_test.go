@@ -26,13 +26,16 @@ func TestRedisRefusalsClassifiedOnce(t *testing.T) {
 		{"NOREPLICAS Not enough good replicas to write.", false},
 		{"OOM command not allowed when used memory > 'maxmemory'.", false},
 	} {
-		err := scriptError(tc.msg) // a reply from Redis (redis.Error)
-		if !availability(err) {
-			t.Errorf("availability(%q) = false; want true: Redis refuses every decision", tc.msg)
-		}
-		for _, alone := range []bool{false, true} {
-			if got := resendable(err, alone); got != tc.resend {
-				t.Errorf("resendable(%q, alone %v) = %v; want %v", tc.msg, alone, got, tc.resend)
+		// a reply from Redis (redis.Error), and the same wrapped by a
+		// hook of the client's, as go-redis keeps a command's error
+		for _, err := range []error{scriptError(tc.msg), fmt.Errorf("redis evalsha: %w", scriptError(tc.msg))} {
+			if !availability(err) {
+				t.Errorf("availability(%q) = false; want true: Redis refuses every decision", err)
+			}
+			for _, alone := range []bool{false, true} {
+				if got := resendable(err, alone); got != tc.resend {
+					t.Errorf("resendable(%q, alone %v) = %v; want %v", err, alone, got, tc.resend)
+				}
 			}
 		}
 	}
