@@ -116,7 +116,7 @@ func TestPolicyErrorMidRequestLeavesNoPartialAnswer(t *testing.T) {
 			keys = append(keys, lim.keys(k)...)
 			args = appendArgs(args, true, 1)
 		}
-		reply, err := policyScript.Run(ctx, c, keys, args...).Int64Slice()
+		reply, err := redis.NewScript(scriptSrc).Run(ctx, c, keys, args...).Int64Slice()
 		if err != nil {
 			t.Fatalf("%v: %v", order, err)
 		}

@@ -226,3 +226,7 @@ func restartUntilHealthy(t *testing.T, srv *redistest.Server, changed <-chan Hea
 		t.Fatal("the probe never found Redis again")
 	}
 }
+
+// scriptSrc is the plain source of the script of every algorithm, which
+// the tests read and run directly.
+var scriptSrc = allScript.src.(string)

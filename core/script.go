@@ -67,16 +67,9 @@ func newLuaScript(specs []algorithmSpec) *luaScript {
 		nodeHash: redis.NewScript(node).Hash(), nodeSrc: node}
 }
 
-// scriptSrc is the script of every algorithm, which a policy of several
-// runs; see lua/policy.lua. nodeScriptSrc is its node form.
-var scriptSrc, nodeScriptSrc = scriptSource(false, algorithmTable[:]), scriptSource(true, algorithmTable[:])
-
-// policyScript is scriptSrc, with its SHA-1 for EVALSHA.
-var policyScript = redis.NewScript(scriptSrc)
-
-// allScript is scriptSrc and nodeScriptSrc as command arguments.
-var allScript = &luaScript{hash: policyScript.Hash(), src: scriptSrc,
-	nodeHash: redis.NewScript(nodeScriptSrc).Hash(), nodeSrc: nodeScriptSrc}
+// allScript is the script of every algorithm, which a policy of several
+// algorithms runs; see lua/policy.lua.
+var allScript = newLuaScript(algorithmTable[:])
 
 // ownScripts holds the script of each algorithm alone, at its index in
 // algorithmTable, each made when first needed.
