@@ -28,8 +28,9 @@ package core
 //     (docs/how-it-decides.md, the constant list in doc.go's overview).
 //
 // policy.lua needs no change, unless the algorithm wants one of the
-// batch fast paths it gives FixedWindow, SlidingWindowCounter and the
-// meters by name (fw_take, swc_take, meter_lone).
+// batch fast paths it gives FixedWindow and SlidingWindowCounter by name
+// (fw_take, swc_take), or a lone loop of its own (see algorithmSpec.lone,
+// lua/meter_lone.lua).
 
 // algorithmKind says how an algorithm counts, which decides how a limit
 // is validated and which bounds keep its arithmetic exact (see fits).
@@ -56,6 +57,13 @@ type algorithmSpec struct {
 	// function (or value) named like the algorithm, which the generated
 	// dispatch table names.
 	lua []string
+
+	// lone, when not "", is the embedded file of its lone loop, which
+	// the script runs before it makes any function (see scriptFiles): a
+	// loop in the main chunk that decides the requests of a call of one
+	// rule of the algorithm, in order, and stops at the first it leaves
+	// to the general path. Several algorithms may share one.
+	lone string
 
 	// params returns the script's parameters a to e for c (see the
 	// header of its Lua file); the script receives them after its code
@@ -119,6 +127,7 @@ var algorithmTable = [...]algorithmSpec{
 		name:      LeakyBucket,
 		kind:      metered,
 		lua:       []string{"meter.lua", "leaky_bucket.lua"},
+		lone:      "meter_lone.lua",
 		params:    meterParams,
 		shapes:    true,
 		stateForm: "tat",
@@ -128,6 +137,7 @@ var algorithmTable = [...]algorithmSpec{
 		name:      TokenBucket,
 		kind:      metered,
 		lua:       []string{"meter.lua", "token_bucket.lua"},
+		lone:      "meter_lone.lua",
 		params:    meterParams,
 		stateForm: "tat",
 		decide:    meter,
@@ -136,9 +146,21 @@ var algorithmTable = [...]algorithmSpec{
 		name:   GCRA,
 		kind:   metered,
 		lua:    []string{"meter.lua", "gcra.lua"},
+		lone:   "meter_lone.lua",
 		params: meterParams,
 		decide: meter,
 	},
+}
+
+// code is the number the script knows s by: its position in
+// algorithmTable, from 1. s must be an entry of the table.
+func (s *algorithmSpec) code() int {
+	for i := range algorithmTable {
+		if &algorithmTable[i] == s {
+			return i + 1
+		}
+	}
+	return 0 // unreachable: every spec is an entry
 }
 
 // spec returns a's entry of algorithmTable, or nil when a is none of the

@@ -19,11 +19,7 @@ import (
 func TestScriptDivisionIsExact(t *testing.T) {
 	c := redistest.Client(t)
 	ctx := context.Background()
-	prelude, err := luaFiles.ReadFile("lua/prelude.lua")
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := string(prelude) + `
+	src := string(mustReadLua("prelude.lua")) + string(mustReadLua("helpers.lua")) + `
 local out = {}
 for i = 1, #ARGV, 3 do
   local a, b = tonumber(ARGV[i]), tonumber(ARGV[i + 1])

@@ -192,16 +192,9 @@ func (c *compiledRule) scriptArgs() []interface{} {
 	return args
 }
 
-// code is the number the script knows c's algorithm by: its entry's
-// position in algorithmTable, from 1.
-func (c *compiledRule) code() int {
-	for i := range algorithmTable {
-		if &algorithmTable[i] == c.spec {
-			return i + 1
-		}
-	}
-	return 0 // unreachable: spec is always an entry
-}
+// code is the number the script knows c's algorithm by (see
+// algorithmSpec.code).
+func (c *compiledRule) code() int { return c.spec.code() }
 
 // polices is the delay bound of a meter that admits without delay.
 const polices = -2

@@ -17,23 +17,51 @@ import (
 var luaFiles embed.FS
 
 // scriptFiles are concatenated in this order into the script of every
-// algorithm: helpers (prelude.lua), each algorithm's files in the order of
-// algorithmTable (a file shared by several, meter.lua, once), then the
-// policy driver, policy.lua, preceded by the dispatch table
-// algorithmDispatch writes. The script of one algorithm (see scriptFor)
-// leaves the others' files out.
+// algorithm: what all share (prelude.lua); the start of the policy driver
+// (head.lua), preceded by keysLine; the algorithms' lone loops
+// (meter_lone.lua), preceded by loneLine; the shared functions
+// (helpers.lua); each algorithm's files in the order of algorithmTable (a
+// file shared by several, meter.lua, once); then the rest of the driver,
+// policy.lua, preceded by the dispatch table algorithmDispatch writes.
+// The script of one algorithm (see scriptFor) leaves the others' files
+// out.
+//
+// A lone loop comes before every function because each call makes anew
+// every function the script defines, up to where it returns: a call the
+// loop decides whole returns before any is made.
 var scriptFiles = scriptFileOrder(algorithmTable[:])
 
 func scriptFileOrder(specs []algorithmSpec) []string {
-	files := []string{"prelude.lua"}
+	files := []string{"prelude.lua", "head.lua"}
+	add := func(f string) {
+		if f != "" && !slices.Contains(files, f) {
+			files = append(files, f)
+		}
+	}
+	for i := range specs {
+		add(specs[i].lone)
+	}
+	add("helpers.lua")
 	for i := range specs {
 		for _, f := range specs[i].lua {
-			if !slices.Contains(files, f) {
-				files = append(files, f)
-			}
+			add(f)
 		}
 	}
 	return append(files, "policy.lua")
+}
+
+// loneLine returns the Lua line before the lone loop file that sets lone:
+// whether the call is of one rule whose algorithm, among specs, is one
+// that file decides (compared by code, a string of ARGV: no table made).
+func loneLine(file string, specs []algorithmSpec) string {
+	var codes []string
+	for i := range specs {
+		if specs[i].lone == file {
+			code := strconv.Itoa(specs[i].code())
+			codes = append(codes, "ARGV[off + 2] == '"+code+"'")
+		}
+	}
+	return "local lone = R == 1 and (" + strings.Join(codes, " or ") + ") -- generated from core/algorithms.go\n"
 }
 
 // algorithmDispatch returns the Lua line policy.lua dispatches by: the
@@ -137,7 +165,7 @@ func luaDefinitions(src []byte) []string {
 
 // scriptSource assembles the script of the algorithms of specs (see
 // scriptFiles), in its plain or node form. The names defined by the files
-// it leaves out are declared after prelude.lua, as nil locals: the
+// it leaves out are declared after helpers.lua, as nil locals: the
 // dispatch and policy.lua name them (an algorithm's fast path is tried
 // only for a rule of that algorithm), and Redis refuses a script that
 // reads a global it does not know.
@@ -155,13 +183,17 @@ func scriptSource(node bool, specs []algorithmSpec) string {
 		b.WriteString("#!lua flags=allow-cross-slot-keys\n")
 	}
 	for _, name := range files {
-		if name == "policy.lua" {
-			b.WriteString(algorithmDispatch())
+		switch {
+		case name == "head.lua":
 			b.WriteString(keysLine(node))
+		case name == "policy.lua":
+			b.WriteString(algorithmDispatch())
+		case slices.ContainsFunc(specs, func(s algorithmSpec) bool { return s.lone == name }):
+			b.WriteString(loneLine(name, specs))
 		}
 		b.Write(mustReadLua(name))
 		b.WriteByte('\n')
-		if name == "prelude.lua" && len(absent) > 0 {
+		if name == "helpers.lua" && len(absent) > 0 {
 			b.WriteString("local " + strings.Join(absent, ", ") + " -- the algorithms left out\n")
 		}
 	}

@@ -45,44 +45,28 @@
 -- admit and it consumes, every rule consumes and reports its state after.
 -- Sending many requests in one call spares Redis the cost of a script call
 -- per request: the decisions are the same as if sent one by one.
-if redis.replicate_commands then
-  -- Redis 6 set to lua-replicate-commands no would replicate the script
-  -- verbatim and refuse a write after TIME; 7 always replicates effects
-  redis.replicate_commands()
-end
+-- The call starts in head.lua (the time, the requests, the answers), and
+-- a lone loop (meter_lone.lua) may have decided some or all of its
+-- requests before this file runs: it goes on from request d.
 -- algorithms, the functions by code, is not defined here: the client puts
 -- it just before this file, generated from its table of algorithms
 -- (core/algorithms.go), so that the codes are listed once.
--- Numbers from Redis and from the client are made numbers by arithmetic
--- (x + 0), not by tonumber: Lua 5.1's tonumber is a call into C that
--- converts its argument twice (lua_isnumber, then lua_tonumber), 1,300 to
--- 2,000 of Redis's instructions against 500 to 800. Every argument the
--- client sends is a decimal integer; a stored value, which could be
--- anything, is still read with tonumber (nil when it is not a number).
-local time = call('TIME')
-local now_us = time[1] * 1000000 + time[2]
 
--- One request of one rule, a lone caller's call and the commonest of all,
--- is decided here by its algorithm's lone fast path, the one the one-rule
--- loop below tries first (meter_lone for a meter, fw_take or swc_take for
--- a window counted in one integer), before the general path makes its
--- tables and functions: that spares Redis a sixth of such a call's work.
--- What the fast path leaves undecided (nil), having written nothing, goes
--- the general way, which tries it again and decides as if this had not
--- run. A failure is the request's answer, as there (see the end).
-local failed -- the error of the request tried here
-if #KEYS == 1 and ARGV[off + 1] == '1' and #ARGV <= off + 9 then
+-- One request of one window rule, a lone caller's call, is decided here
+-- by its algorithm's lone fast path, the one the one-rule loop below
+-- tries first (fw_take or swc_take for a window counted in one integer),
+-- before the general path makes its tables and functions: that spares
+-- Redis a sixth of such a call's work. What the fast path leaves
+-- undecided (nil), having written nothing, goes the general way, which
+-- tries it again and decides as if this had not run. A failure is the
+-- request's answer, as there (see the end). (The meters' lone loop runs
+-- earlier still: see meter_lone.lua.)
+if R == 1 and count == 1 and d == 1 and not failed then
   local alg, tick = algorithms[ARGV[off + 2] + 0], ARGV[off + 3] + 0
   local a, b, c, p = ARGV[off + 4] + 0, ARGV[off + 5] + 0, ARGV[off + 6] + 0, ARGV[off + 7] + 0
-  local n = (ARGV[off + 9] or 1) + 0
-  local consume = n > 0
-  if not consume then
-    n = -n
-  end
+  local n = unit or ARGV[base] + 0
   local ok, h, reset, extra
-  if alg == meter and p < 0 and b % a == 0 then
-    ok, h, reset, extra = pcall(meter_lone, KEYS[1], idiv(now_us, tick), a, b, c, n, consume, p == -1, tick, ARGV[off + 8] + 0)
-  elseif consume and c > 0 and (alg == fixed_window or alg == sliding_window_counter) then
+  if n > 0 and c > 0 and (alg == fixed_window or alg == sliding_window_counter) then
     local take, taken, remaining, retry = fw_take
     if alg == sliding_window_counter then
       take = swc_take
@@ -109,7 +93,6 @@ if #KEYS == 1 and ARGV[off + 1] == '1' and #ARGV <= off + 9 then
   end
 end
 
-local R = ARGV[off + 1] + 0
 local rules = {}
 for i = 1, R do
   local j = off + 2 + (i - 1) * 7
@@ -121,21 +104,10 @@ for i = 1, R do
   }
 end
 
--- the answers, flat; top is the index of the last one written
-local replies, top = {}, 0
-
 -- Each call makes anew every function and table the script defines, a
 -- cost that grows with each local a closure captures. So what only a
 -- policy of several rules needs (store, decide and their tables) is made
 -- only for one, and a failed request's answer is written where it fails.
-local base = off + 2 + 7 * R -- ARGV[base] is the first request's cost
-local count = #ARGV - base + 1
-local unit = false -- 1 when every request consumes 1 and has no argument
-if count == 0 then
-  count = #KEYS / R
-  unit = 1
-end
-local d = 1
 local run -- decides requests d .. count
 if R > 1 then
   -- store carries out a rule's write (see prelude.lua): a new value with
@@ -266,8 +238,8 @@ else
   -- store's written out in the loop, a Lua call or two less per request
   -- (each costs Redis several hundred instructions: calling store here
   -- added 560 to a GCRA decision's 25.7k). A change to store's write is a
-  -- change to this one, and to meter_lone's (meter.lua), which decides
-  -- most requests of a lone meter rule before meter would. It appends two or
+  -- change to this one, and to meter_lone.lua's, which decides most
+  -- requests of a lone meter rule before this loop runs. It appends two or
   -- three integers per request (see the top of this file), leaving the
   -- third out when it is 0. No algorithm lets its state pass its
   -- capacity, so remaining is never negative; were it ever, it is sent as
@@ -287,10 +259,6 @@ else
     elseif alg == sliding_window_counter and c > 0 then
       take = swc_take
     end
-    -- a meter without a delay bound, of a whole emission interval, goes
-    -- to meter_lone first (see meter.lua)
-    local lone = alg == meter and p < 0 and b % a == 0
-    local shapes = p == -1
     local keys = KEYS -- an upvalue here: a local reads faster
     while d <= count do
       local n = unit or ARGV[base + d - 1] + 0
@@ -299,10 +267,7 @@ else
         n = -n
       end
       local key = keys[d]
-      local h, reset, extra -- the answer, once meter_lone or alg gave it
-      if lone then
-        h, reset, extra = meter_lone(key, now, a, b, c, n, consume, shapes, tick, e)
-      end
+      local h, reset, extra -- the answer, once alg gave it
       local taken -- true or false when take decided, nil when it did not
       if take and consume then
         local remaining, reset, retry

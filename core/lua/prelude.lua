@@ -1,6 +1,8 @@
--- prelude.lua: helpers shared by every algorithm. sluice concatenates
--- prelude.lua, the files of a limiter's algorithm (of all six for a policy
--- of several algorithms) and policy.lua into one script (core/script.go).
+-- prelude.lua: what every algorithm shares, the start of every script.
+-- sluice concatenates prelude.lua, head.lua, a lone loop, helpers.lua,
+-- the files of a limiter's algorithm (of all six for a policy of several
+-- algorithms) and policy.lua into one script (see scriptFiles in
+-- core/script.go).
 --
 -- Lua numbers are doubles. Every quantity sluice computes is an integer
 -- below 2^52 (core/compile.go bounds the rules' parameters by 2^50; time in
@@ -15,7 +17,8 @@
 --
 -- % runs as one instruction of the Lua machine; math.floor would be a
 -- call from Lua into C, which costs Redis several hundred instructions,
--- and a decision makes several divisions.
+-- and a decision makes several divisions. (idiv and ceildiv are in
+-- helpers.lua.)
 
 -- Every algorithm is a function
 --   alg(key, now, a, b, c, n, tick, d, e) -> ok, avail, retry, reset_before, reset_after, delay, write[, after[, keep[, ttl]]]
@@ -60,77 +63,3 @@
 -- writes with INCRBY.)
 local call, match, format, tonumber, type = redis.call, string.match, string.format, tonumber, type
 local pcall_redis = redis.pcall
-
--- idiv returns floor(a / b) exactly, for b > 0 and |a| + b < 2^53.
-local function idiv(a, b)
-  return (a - a % b) / b
-end
-
--- ceildiv returns ceil(a / b) exactly, for b > 0 and |a| + b < 2^53.
-local function ceildiv(a, b)
-  local r = a % b
-  if r == 0 then
-    return a / b
-  end
-  return (a - r) / b + 1
-end
-
--- int formats an integer in full; tostring would print 1.76e+15.
-local function int(x)
-  return format('%d', x)
-end
-
--- ttl_ms is a TTL of ticks (of tick microseconds) in whole milliseconds,
--- rounded up and at least 1: a TTL is never 0 and never forever. It is
--- a decimal string, as is every number sluice hands to redis.call: Redis
--- formats a Lua number argument with %.17g, which costs it more than
--- Lua's %d (and a literal such as '1' costs nothing).
-local function ttl_ms(ticks, tick)
-  local us = ticks * tick
-  local r = us % 1000
-  if r ~= 0 then
-    us = us - r + 1000
-  end
-  if us < 1000 then
-    return '1'
-  end
-  return format('%d', us / 1000)
-end
-
--- ahead_alive reports whether key, whose value the window algorithms read
--- as of a window that starts ticks from now (Redis's clock stepped back
--- behind it), has a TTL reaching that window's start, as every such value
--- is written with. One without (PERSIST), or with a shorter one, holds a
--- window gone by whose tag has come round again. (Asked only of a window
--- ahead, after a clock step back: rare.)
-local function ahead_alive(key, ticks, tick)
-  return call('PTTL', key) * 1000 >= ticks * tick
-end
-
--- The meters (meter.lua) keep a key until the tick its state is back to
--- untouched (full, or empty), and the sliding log until the tick its
--- newest event leaves the window; both move with every write. Moving the
--- key's expiry with them costs Redis about a sixth of a decision, so they
--- set it further, at the end of the cell holding that tick (cells aligned
--- to the Unix epoch: for the meters the period, or the time to refill (or
--- drain) the burst when that is shorter; for the log the period), and
--- keep it (INCRBY, SET ... KEEPTTL, or no PEXPIRE) while later writes are
--- done within the same cell: a key hit again within a cell, as a busy one
--- is, moves its expiry once a cell at most. A key outlives its use by less
--- than a cell: a meter's TTL is at most the time to refill its burst plus
--- the shorter of that time and the period; the log's twice its period.
---
--- cell_ttl returns whether the key keeps its TTL, and otherwise the TTL to
--- write, in ticks from now. done is the tick the new state is done at
--- (untouched, or its newest event gone); was is the tick the stored state
--- was done at, or an earlier one (nil with no stored state). Every write
--- sets the key's expiry at the end of the cell of its done, or keeps a
--- later one: so when done lies in was's cell, the key already lives long
--- enough. (A value written from outside, or whose TTL was removed, has no
--- such expiry: it gets one at its first write in another cell. So has a
--- GCRA value written by an earlier version, which expired with its TAT:
--- its form is the same.)
-local function cell_ttl(was, done, now, cell)
-  local end_ = done - done % cell + cell
-  return was and was - was % cell + cell == end_, end_ - now
-end

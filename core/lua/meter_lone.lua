@@ -1,0 +1,116 @@
+-- meter_lone.lua: the lone loop of the meters (meter.lua), right after
+-- head.lua, before the script makes the functions of meter.lua and
+-- policy.lua. It decides the requests of a call of one meter rule that
+-- does not bound its delay (GCRA, TokenBucket, LeakyBucket without
+-- core.WithMaxDelay) and whose emission interval is a whole number of
+-- ticks (b a multiple of a, as for 10 per second), so that the TAT is
+-- always one whole number: meter's common case, written out here in the
+-- main chunk, with no function made or called for it. lone, written by
+-- the client just before this file, is true when the call's one rule is
+-- a meter (see core/script.go).
+--
+-- It decides each request as meter does, writes as policy.lua's one-rule
+-- loop does when the request consumes and is admitted, and appends its
+-- answer as that loop does. It stops at the first request it leaves to
+-- meter, having written nothing for it: a stored value that is not a
+-- whole number below 2^52 (the "<ticks>:<rem>" form, or one written from
+-- outside), or more debt than the capacity (the clock stepped back); the
+-- general path decides that request and the rest, in order. A request
+-- whose command fails (a key of another type, or a write Redis refuses)
+-- stops it too, its error in failed, for policy.lua to answer. When it
+-- has decided them all, the call ends here. TestLoneMeterAnswersAsTheMeter
+-- and TestLoneFastPathDecidesAsTheLoop hold it to meter's answers and
+-- writes. It comes before helpers.lua, so idiv, ceildiv, ttl_ms and
+-- cell_ttl are written out here, as is the parameter d (compared as the
+-- string it is: -2 or -1, no delay bound). The loop spares Redis about a
+-- fifth of a lone GCRA call's work and a Lua call per request of a batch.
+if lone then
+  local tick, p = ARGV[off + 3] + 0, ARGV[off + 7]
+  local rate, event, cap = ARGV[off + 4] + 0, ARGV[off + 5] + 0, ARGV[off + 6] + 0
+  if (p == '-2' or p == '-1') and event % rate == 0 then
+    local cell = ARGV[off + 8] + 0
+    local now = (now_us - now_us % tick) / tick -- idiv(now_us, tick)
+    local shapes = p == '-1'
+    while d <= count do
+      local n = unit or ARGV[base + d - 1] + 0
+      local consume = n > 0
+      if not consume then
+        n = -n
+      end
+      local key = KEYS[d]
+      local debt, wait = 0, 0 -- in units; in ticks, until untouched
+      local was = nil
+      local v = pcall_redis('GET', key)
+      if v then
+        if type(v) == 'table' then
+          failed = v
+          break
+        end
+        was = tonumber(v)
+        if not was or was >= 4503599627370496 or was % 1 ~= 0 then
+          break
+        end
+        if was > now then
+          wait = was - now
+          debt = wait * rate
+          if debt > cap then
+            break
+          end
+        end
+      end
+      local need = n * event
+      local avail = cap - debt
+      avail = (avail - avail % event) / event -- idiv(cap - debt, event)
+      local h, reset, extra
+      if debt + need > cap then
+        local over = debt + need - cap
+        local r = over % rate
+        local retry = (over - r) / rate -- ceildiv(over, rate)
+        if r ~= 0 then
+          retry = retry + 1
+        end
+        h, reset, extra = avail * 4, wait * tick, retry * tick
+      else
+        extra = 0
+        if shapes then
+          extra = wait * tick -- the delay
+        end
+        if consume then
+          local whole = (debt + need) / rate
+          local tat = now + whole
+          local end_ = tat - tat % cell + cell -- cell_ttl(was, tat, now, cell)
+          local e
+          if was and was - was % cell + cell == end_ then
+            if pcall_redis('INCRBY', key, format('%d', tat - was)) ~= tat then
+              e = pcall_redis('SET', key, format('%d', tat), 'KEEPTTL') -- (see prelude.lua)
+            end
+          else
+            local us = (end_ - now) * tick -- ttl_ms(end_ - now, tick): end_ > now
+            local r = us % 1000
+            if r ~= 0 then
+              us = us - r + 1000
+            end
+            e = pcall_redis('SET', key, format('%d', tat), 'PX', format('%d', us / 1000))
+          end
+          if e and e.err then
+            failed = e
+            break
+          end
+          avail, wait = avail - n, whole
+        end
+        h, reset = avail * 4 + 2, wait * tick
+      end
+      if extra ~= 0 then
+        replies[top + 1], replies[top + 2], replies[top + 3] = h + 1, reset, extra
+        top = top + 3
+      else
+        replies[top + 1], replies[top + 2] = h, reset
+        top = top + 2
+      end
+      d = d + 1
+    end
+    if d > count then
+      return replies
+    end
+  end
+end
