@@ -21,7 +21,10 @@ end
 local time = call('TIME')
 local now_us = time[1] * 1000000 + time[2]
 
-local R = ARGV[off + 1] + 0
+local R = 1 -- rules, compared as a string first: one rule is the commonest
+if ARGV[off + 1] ~= '1' then
+  R = ARGV[off + 1] + 0
+end
 local base = off + 2 + 7 * R -- ARGV[base] is the first request's cost
 local count = #ARGV - base + 1
 local unit = false -- 1 when every request consumes 1 and has no argument
