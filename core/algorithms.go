@@ -152,15 +152,16 @@ var algorithmTable = [...]algorithmSpec{
 	},
 }
 
-// code is the number the script knows s by: its position in
-// algorithmTable, from 1. s must be an entry of the table.
+// code is the number the script knows s by: the position of its entry
+// in algorithmTable, from 1 (found by name, so a copy of an entry has its
+// code too).
 func (s *algorithmSpec) code() int {
 	for i := range algorithmTable {
-		if &algorithmTable[i] == s {
+		if algorithmTable[i].name == s.name {
 			return i + 1
 		}
 	}
-	return 0 // unreachable: every spec is an entry
+	return 0 // unreachable: every spec is of the table
 }
 
 // spec returns a's entry of algorithmTable, or nil when a is none of the
@@ -225,7 +226,7 @@ func slidingWindowCounterFits(c *compiledRule) bool {
 
 // meterParams: a = units per tick, b = units per event, c = capacity in
 // units, d = the delay bound (see meterDelay), e = the cells in which the
-// key's TTL is rounded up (see cell_ttl in lua/prelude.lua): the period,
+// key's TTL is rounded up (see cell_ttl in lua/helpers.lua): the period,
 // or the time to refill (or drain) the burst when that is shorter, so that
 // an idle key outlives its state by less than either.
 func meterParams(c *compiledRule) [5]int64 {

@@ -250,8 +250,8 @@ func meterStateForms(t *testing.T, alg Algorithm) {
 	}
 }
 
-// A lone meter rule without a delay bound is decided by meter_lone (see
-// lua/meter.lua); in a policy of several rules, the same rule is decided
+// A lone meter rule without a delay bound is decided by its lone loop
+// (see lua/meter_lone.lua); in a policy of several rules, the same rule is decided
 // by meter itself. Beside a rule that always admits, the two must answer
 // and write alike: over every stored value (TATs ahead and behind, a
 // clock stepped back behind the TAT, fractions, the "<ticks>:<rem>" form,

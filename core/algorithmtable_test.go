@@ -142,3 +142,18 @@ func TestLuaDefinitionsSeeEveryTopLevelName(t *testing.T) {
 		t.Errorf("luaDefinitions found %q; the file defines %q", got, want)
 	}
 }
+
+// An algorithm's code is its entry's position, from 1, for a copy of the
+// entry too: the generated lone line compares it (see loneLine), and a
+// code of 0 would silently shut the lone loop.
+func TestAlgorithmCodeOfACopy(t *testing.T) {
+	for i := range algorithmTable {
+		spec := algorithmTable[i]
+		if got := spec.code(); got != i+1 {
+			t.Errorf("%s: code %d, want %d", spec.name, got, i+1)
+		}
+		if spec.lone != "" && !strings.Contains(loneLine(spec.lone, []algorithmSpec{spec}), fmt.Sprintf("'%d'", i+1)) {
+			t.Errorf("%s: %q names not its code", spec.name, loneLine(spec.lone, []algorithmSpec{spec}))
+		}
+	}
+}

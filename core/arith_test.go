@@ -11,7 +11,7 @@ import (
 
 // The scripts divide with Lua's % (a - floor(a/b)*b in doubles), which
 // lua/prelude.lua shows exact while |a| + b stays below 2^53. This runs
-// prelude.lua's idiv, ceildiv and ttl_ms in a real Redis, whose Lua rounds
+// helpers.lua's idiv, ceildiv and ttl_ms in a real Redis, whose Lua rounds
 // as every deployed Redis does (miniredis's Lua computes % exactly, so it
 // could not catch a wrong bound), on the quotients nearest to an integer:
 // dividends one away from a multiple of b, up to 2^53 - b - 1, the largest

@@ -133,7 +133,7 @@ func scriptFor(rules []compiledRule) *luaScript {
 	return allScript
 }
 
-// keysLine is the Lua line before policy.lua that sets its KEYS and off
+// keysLine is the Lua line before head.lua that sets the script's KEYS and off
 // (see the top of lua/policy.lua): Redis's own, or, for the node form,
 // every request's keys, read from the head of ARGV (it declares none).
 func keysLine(node bool) string {

@@ -23,7 +23,7 @@
 -- writes. It comes before helpers.lua, so idiv, ceildiv, ttl_ms and
 -- cell_ttl are written out here, as is the parameter d (compared as the
 -- string it is: -2 or -1, no delay bound). The loop spares Redis about a
--- fifth of a lone GCRA call's work and a Lua call per request of a batch.
+-- sixth of a lone GCRA call's work and a Lua call per request of a batch.
 if lone then
   local tick, p = ARGV[off + 3] + 0, ARGV[off + 7]
   local rate, event, cap = ARGV[off + 4] + 0, ARGV[off + 5] + 0, ARGV[off + 6] + 0

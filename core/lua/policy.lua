@@ -8,7 +8,7 @@
 --   head of ARGV (ARGV[1] = how many, then the keys), under the
 --   allow-cross-slot-keys flag, so that Redis checks each request's keys
 --   where it reads them, never redirecting the whole call. The client puts a line
---   before this file that makes KEYS the keys of every request either way,
+--   before head.lua that makes KEYS the keys of every request either way,
 --   and off the number of ARGV values before R (0, or 1 + that count);
 --   see core/script.go.
 -- ARGV[off+1]: R, the number of rules.

@@ -76,7 +76,7 @@ local function swc_decide(w, p, c, now, rate, period, n)
   local avail = 0
   if used < cap then
     avail = cap - used
-    avail = (avail - avail % period) / period -- idiv, written out (see meter_lone.lua)
+    avail = (avail - avail % period) / period -- idiv, written out: a Lua call costs Redis ~600 instructions
   end
   local reset_before = 0
   if c > 0 then
@@ -173,7 +173,7 @@ local function swc_take(key, now, rate, period, place, n, tick, tags)
   if type(x) ~= 'number' then
     return nil
   end
-  local w = (now - now % period) / period -- idiv, written out (see meter_lone.lua)
+  local w = (now - now % period) / period -- idiv, written out: a Lua call costs Redis ~600 instructions
   local sw, p, c = swc_window(key, x, now, w, period, tick, place, tags)
   if sw and sw >= w then -- this window's value, or one ahead: c holds the n events
     local ok, avail, retry, reset_before, reset_after = swc_decide(sw, p, c - n, now, rate, period, n)

@@ -53,7 +53,7 @@ local function sliding_window_log(key, now, rate, period, _, n, tick)
   local newest = call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
   local total, latest = 5000000000000000, -1 -- the newest member's number and time
   if newest[1] then
-    total, latest = newest[1] + 0, newest[2] + 0 -- a score, always a number (see policy.lua on tonumber)
+    total, latest = newest[1] + 0, newest[2] + 0 -- a score, always a number (see head.lua on tonumber)
   end
   -- members scored <= from have left the window; when the clock stepped
   -- back behind the newest member, the window still ends there
