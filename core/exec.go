@@ -22,7 +22,7 @@ type execScratch struct {
 
 	// pipe carries the batch's script calls, made once and reused: Exec
 	// empties it, and a flusher holds its scratch alone. (A new pipeline
-	// at each batch cost three allocations, at one caller a decision's.)
+	// at each batch cost four allocations, at one caller a decision's.)
 	pipe redis.Pipeliner
 
 	moved    []*call // requests a master answered as not its own (see answer)
