@@ -62,11 +62,16 @@
 -- request's answer, as there (see the end). (The meters' lone loop runs
 -- earlier still: see meter_lone.lua.)
 if R == 1 and count == 1 and d == 1 and not failed then
-  local alg, tick = algorithms[ARGV[off + 2] + 0], ARGV[off + 3] + 0
-  local a, b, c, p = ARGV[off + 4] + 0, ARGV[off + 5] + 0, ARGV[off + 6] + 0, ARGV[off + 7] + 0
-  local n = unit or ARGV[base] + 0
+  -- (the rule's other arguments are read only for a window: in a meter's
+  -- script, which comes here when its lone loop did not apply, they
+  -- would be read for nothing)
+  local alg, n = algorithms[ARGV[off + 2] + 0], unit or ARGV[base] + 0
   local ok, h, reset, extra
-  if n > 0 and c > 0 and (alg == fixed_window or alg == sliding_window_counter) then
+  local tick, a, b, c, p
+  if n > 0 and (alg == fixed_window or alg == sliding_window_counter) then
+    tick, a, b, c, p = ARGV[off + 3] + 0, ARGV[off + 4] + 0, ARGV[off + 5] + 0, ARGV[off + 6] + 0, ARGV[off + 7] + 0
+  end
+  if c and c > 0 then
     local take, taken, remaining, retry = fw_take
     if alg == sliding_window_counter then
       take = swc_take
