@@ -1,0 +1,141 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"runtime"
+	"runtime/metrics"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// fixedGauge is a gauge that says busy whatever the scheduler does.
+func fixedGauge(busy bool) *schedGauge {
+	g := &schedGauge{}
+	g.busy.Store(busy)
+	return g
+}
+
+func TestWaitedLong(t *testing.T) {
+	// Buckets: [-Inf, 0), [0, 50µs), [50µs, 100µs), [100µs, 1ms), [1ms, +Inf).
+	h := &metrics.Float64Histogram{Buckets: []float64{math.Inf(-1), 0, 50e-6, 100e-6, 1e-3, math.Inf(1)}}
+	before := []uint64{0, 1000, 10, 5, 5}
+	for _, tc := range []struct {
+		now  []uint64
+		want bool
+	}{
+		{[]uint64{0, 1000, 10, 5, 5}, false},  // nothing made ready
+		{[]uint64{0, 1310, 10, 5, 5}, false},  // all short
+		{[]uint64{0, 1310, 10, 15, 5}, true},  // 10 of 320 (1 in 32) long
+		{[]uint64{0, 1311, 10, 15, 5}, false}, // 10 of 321
+		{[]uint64{0, 1000, 100, 5, 6}, false}, // 1 of 91: [50µs, 100µs) is not long
+		{[]uint64{0, 1000, 10, 5, 105}, true}, // 1ms and more
+	} {
+		h.Counts = tc.now
+		if got := waitedLong(h, before); got != tc.want {
+			t.Errorf("counts %v since %v: waitedLong %v, want %v", tc.now, before, got, tc.want)
+		}
+	}
+}
+
+// The process's own scheduler tells the gauge when goroutines queue for a
+// CPU: with more spinning goroutines than Ps, each waits its turn.
+func TestSchedGaugeSeesQueuedGoroutines(t *testing.T) {
+	g := &schedGauge{sample: []metrics.Sample{{Name: "/sched/latencies:seconds"}}}
+	metrics.Read(g.sample)
+	if g.sample[0].Value.Kind() != metrics.KindFloat64Histogram {
+		t.Skip("this Go has no /sched/latencies:seconds")
+	}
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for i := 0; i < 4*runtime.GOMAXPROCS(0); i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop.Load() {
+			}
+		}()
+	}
+	defer func() { stop.Store(true); wg.Wait() }()
+	for deadline := time.Now().Add(20 * time.Second); !g.busy.Load(); {
+		if time.Now().After(deadline) {
+			t.Fatal("spinning goroutines outnumbering the Ps: the gauge never saw the process CPU-bound")
+		}
+		time.Sleep(cpuBoundEvery)
+		g.update(time.Now())
+	}
+}
+
+// A batcher of a CPU-bound process holds a second small batch until twice
+// what is in flight is pending; a large one, or any with CPU to spare,
+// goes once as many are pending as are in flight.
+func TestCPUBoundHoldsSmallBatches(t *testing.T) {
+	for _, tc := range []struct {
+		busy              bool
+		inflight, pending int
+		want              bool
+	}{
+		{false, 4, 4, true},
+		{true, 4, 4, false},
+		{true, 4, 7, false},
+		{true, 4, 8, true},
+		{true, 0, 1, true}, // nothing in flight: sent at once
+		{true, smallBatch, smallBatch, true},
+		{false, 4, 3, false},
+	} {
+		b := &batcher{load: fixedGauge(tc.busy), grouping: groupAll}
+		b.inflight = tc.inflight
+		b.pending = make([]*call, tc.pending)
+		if got := b.mayGo(time.Now()); got != tc.want {
+			t.Errorf("busy %v, %d in flight, %d pending: mayGo %v, want %v", tc.busy, tc.inflight, tc.pending, got, tc.want)
+		}
+	}
+}
+
+// Batching for a CPU-bound process keeps every decision exact and
+// answered: callers on one key, at a few and at many at once, against a
+// real redis-server.
+func TestCPUBoundBatchesAdmitExactly(t *testing.T) {
+	c := redistest.Client(t)
+	ctx := context.Background()
+	const limit = 300
+	for _, alg := range Algorithms() {
+		for _, callers := range []int{6, 64} {
+			t.Run(fmt.Sprintf("%s/%d", alg, callers), func(t *testing.T) {
+				lim := newOn(t, c, alg, PerDay(limit), WithTimeout(10*time.Second),
+					WithPrefix(fmt.Sprintf("cpubound-%d", time.Now().UnixNano())))
+				lim.batch.load = fixedGauge(true)
+				avoidWindowEdge(t, c, 24*time.Hour)
+				attempts := 2 * limit / callers
+				var admitted atomic.Int64
+				var wg sync.WaitGroup
+				for i := 0; i < callers; i++ {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for j := 0; j < attempts; j++ {
+							r, err := lim.Allow(ctx, "one-key")
+							if err != nil {
+								t.Error(err)
+								return
+							}
+							if r.Allowed {
+								admitted.Add(1)
+							}
+						}
+					}()
+				}
+				wg.Wait()
+				if admitted.Load() != limit {
+					t.Errorf("admitted %d of %d attempts; want exactly %d", admitted.Load(), callers*attempts, limit)
+				}
+				waitBatcherIdle(t, lim.batch)
+			})
+		}
+	}
+}
