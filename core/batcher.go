@@ -19,7 +19,8 @@ import (
 // goroutine sends what is queued at once; while one is in flight, the calls
 // arriving meanwhile gather and go together in the next (see mayGo). No
 // timer holds a call back: a lone caller is sent immediately, and a crowd
-// is batched by the round trip it waits for.
+// is batched by the round trip it waits for (and, while the process is
+// CPU-bound, by the turn of its run queues: see cpuBound).
 //
 // Because the caller waits on a channel rather than on the connection, its
 // deadline holds whatever the client's own timeouts are (go-redis ignores
@@ -344,21 +345,24 @@ func (b *batcher) room(now time.Time) bool {
 
 // mayGo reports whether what is pending may go while other batches are in
 // flight, with b.mu held: once as many calls are pending as are in flight
-// in batches that have not stalled (been out for stallAfter). Redis runs
+// in batches that have not stalled (been out for stallAfter), or twice as
+// many (see below). Redis runs
 // one script call after the other, so a second pipeline sent early would
 // only queue behind the first; a few calls sent alone would each pay a
 // whole script call and round trip, and hold a flusher that a larger batch
-// could use. What does not go now goes when a batch in flight returns, or when the watchdog
-// finds it stalled (see holdBack): a pipeline hung on a dead connection
-// must not hold back every call behind it while another connection could
-// answer.
+// could use. What does not go now goes when a batch in flight returns
+// (its flusher giving up its turn first while the process is CPU-bound in
+// quick turns, see flush), or when the watchdog finds it stalled (see
+// holdBack): a pipeline hung on a dead connection must not hold back
+// every call behind it while another connection could answer.
 func (b *batcher) mayGo(now time.Time) bool {
 	// On a cluster of several masters a batch becomes one script call per
 	// master, each with its master's share only: there a batch waits until
 	// twice what is in flight is pending, so that each call still decides
-	// many requests. So does a small batch while the process is CPU-bound
-	// (see cpuBound): a script call saved is CPU its requests are waiting
-	// for. (Otherwise, waiting longer only leaves Redis idle.)
+	// many requests. So does a batch while fewer than smallBatch calls are
+	// in flight and the process is CPU-bound (see cpuBound): a script call
+	// saved is CPU its requests are waiting for. (Otherwise, waiting
+	// longer only leaves Redis idle.)
 	spread := 1
 	if b.grouping == groupNode && b.masters.Load() > 1 || b.inflight < smallBatch && b.load.busy.Load() {
 		spread = 2
@@ -375,11 +379,13 @@ func (b *batcher) mayGo(now time.Time) bool {
 	return len(b.pending) >= live*spread
 }
 
-// smallBatch: batches of fewer calls than this are small; a CPU-bound
-// process makes them larger (see cpuBound). Larger ones already spread a
-// script call's fixed cost (on the client and in Redis) over many
-// decisions, and holding them back only leaves Redis idle: measured with
-// 256 callers deciding as fast as Redis answers, a third fewer decisions.
+// smallBatch: a CPU-bound process (see cpuBound) holds a second batch
+// while fewer calls than this are in flight (mayGo), and a flusher gives
+// up its turn after a batch of fewer (flush). Beyond it a script call's
+// fixed cost (on the client and in Redis) is already spread over many
+// decisions, and holding calls back only leaves Redis idle: measured
+// with 256 callers deciding as fast as Redis answers, a third fewer
+// decisions.
 const smallBatch = 16
 
 // stallAfter is how long a batch may be out before the calls behind it
@@ -418,12 +424,14 @@ func (b *batcher) flush() {
 	for {
 		if sent > 0 {
 			b.load.update(time.Now())
-			if sent < smallBatch && b.load.busy.Load() {
-				// CPU-bound (see cpuBound): let the callers just
-				// answered, and the other goroutines waiting for a CPU,
-				// run first. Those that decide again queue meanwhile,
-				// while this batch's calls still count as in flight
-				// (mayGo): the next batch is larger.
+			if sent < smallBatch && b.load.busy.Load() && b.load.quick.Load() {
+				// CPU-bound, in quick turns (see cpuBound): let the
+				// callers just answered, and the other goroutines
+				// waiting for a CPU, run first. Those that decide again
+				// queue meanwhile, while this batch's calls still count
+				// as in flight (mayGo): the next batch is larger. What
+				// they wait for is this flusher's next turn, which the
+				// gauge has seen to be short.
 				runtime.Gosched()
 			}
 		}

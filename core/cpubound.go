@@ -22,25 +22,38 @@ import (
 // cpuBound tells the batchers which of the two the process is in, from
 // the Go scheduler's own account of how long goroutines that were ready
 // to run waited for a CPU (runtime/metrics, /sched/latencies:seconds).
-// Every flusher samples it after a batch, at most every cpuBoundEvery.
+// A flusher samples it after each batch, at most every cpuBoundEvery: it
+// judges the time since the last sample, however long, and keeps its
+// judgement while no batch is sent (a lone caller is sent at once
+// whatever it says: nothing is in flight).
 
 // cpuBoundEvery is the shortest window cpuBound judges by.
 const cpuBoundEvery = 10 * time.Millisecond
 
-// cpuBoundWait and cpuBoundShare: the process is CPU-bound over a window
-// when at least 1 in cpuBoundShare of the goroutines that became ready
-// in it waited cpuBoundWait or longer for a CPU. A CPU-bound HTTP server
-// measured 13%; callers deciding as fast as Redis answers, with the CPU
-// to spare, 0.3–0.5%.
+// The process is CPU-bound over a window when at least 1 in cpuBoundShare
+// of the goroutines that became ready in it waited cpuBoundWait or longer
+// for a CPU: 13–16% did in an HTTP server at its limit, 4% at a quarter
+// of its connections, 0.3–0.5% (up to a few % on a shared host) among
+// callers deciding as fast as Redis answers. The runtime's buckets are
+// coarse, and only whole buckets count: those that begin at the bound or
+// above it, so a wait counts as long from 115µs and as slow from 1.05ms.
+//
+// A flusher gives its turn to the goroutines waiting for a CPU only when
+// their turns are quick (fewer than 1 in cpuBoundShare waited cpuTurnLong
+// or longer): behind goroutines that compute for milliseconds at a time,
+// giving up its turn would hold its next batch as long.
 const (
-	cpuBoundWait  = 100 * time.Microsecond
-	cpuBoundShare = 32
+	cpuBoundWait    = 100 * time.Microsecond
+	cpuTurnLong     = time.Millisecond
+	cpuBoundShare   = 32
+	cpuBoundSamples = 64 // waits timed in a window, at least, to judge it
 )
 
 // schedGauge judges, from the scheduler's latencies, whether the process
 // is CPU-bound (see cpuBound).
 type schedGauge struct {
-	busy atomic.Bool // CPU-bound in the last window
+	busy  atomic.Bool // CPU-bound in the last window
+	quick atomic.Bool // and its goroutines' turns were short (see cpuTurnLong)
 
 	mu     sync.Mutex // held by the one sampling; others skip
 	at     time.Time  // when the last window began
@@ -71,16 +84,23 @@ func (g *schedGauge) update(now time.Time) {
 	}
 	h := g.sample[0].Value.Float64Histogram()
 	if len(g.counts) == len(h.Counts) {
-		g.busy.Store(waitedLong(h, g.counts))
+		busy, quick := judge(h, g.counts)
+		g.busy.Store(busy)
+		g.quick.Store(quick)
 	}
 	g.counts = append(g.counts[:0], h.Counts...)
 }
 
-// waitedLong reports whether, between the counts before and now's, at
-// least 1 in cpuBoundShare of the goroutines made ready waited
-// cpuBoundWait or longer for a CPU.
-func waitedLong(now *metrics.Float64Histogram, before []uint64) bool {
-	var all, long uint64
+// judge reports, from the histogram's counts before and now's, whether
+// the process was CPU-bound (busy: at least 1 in cpuBoundShare of the
+// goroutines made ready waited cpuBoundWait or longer for a CPU) and
+// whether a turn of its run queues was short (quick: fewer than 1 in
+// cpuBoundShare waited cpuTurnLong or longer). A window of fewer than
+// cpuBoundSamples waits is neither: the runtime times only some of them,
+// and a handful at light load (an idle thread waking) says nothing of a
+// queue.
+func judge(now *metrics.Float64Histogram, before []uint64) (busy, quick bool) {
+	var all, long, slow uint64
 	for i, n := range now.Counts {
 		d := n - before[i]
 		all += d
@@ -88,6 +108,12 @@ func waitedLong(now *metrics.Float64Histogram, before []uint64) bool {
 		if now.Buckets[i] >= cpuBoundWait.Seconds() {
 			long += d
 		}
+		if now.Buckets[i] >= cpuTurnLong.Seconds() {
+			slow += d
+		}
 	}
-	return all > 0 && long*cpuBoundShare >= all
+	if all < cpuBoundSamples {
+		return false, false
+	}
+	return long*cpuBoundShare >= all, slow*cpuBoundShare < all
 }
