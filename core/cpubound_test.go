@@ -50,8 +50,8 @@ func TestJudge(t *testing.T) {
 
 // The process's own scheduler tells the gauge when goroutines queue for a
 // CPU: beside more spinning goroutines than Ps, goroutines that wake from
-// short sleeps wait for one. Those waits are long (the runtime preempts a
-// spinning goroutine every 10ms), so the turns are not quick: a flusher
+// short sleeps wait for one. Those waits are long (a spinning goroutine
+// runs for milliseconds at a time), so the turns are not quick: a flusher
 // would not give up its own.
 func TestSchedGaugeSeesQueuedGoroutines(t *testing.T) {
 	g := &schedGauge{sample: []metrics.Sample{{Name: "/sched/latencies:seconds"}}}
@@ -61,7 +61,15 @@ func TestSchedGaugeSeesQueuedGoroutines(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for !stop.Load() {
+			// Giving way every 2ms, so that the test ends even
+			// without asynchronous preemption
+			// (GODEBUG=asyncpreemptoff=1); the other spinners' turns
+			// are still long.
+			for last := time.Now(); !stop.Load(); {
+				if time.Since(last) > 2*time.Millisecond {
+					runtime.Gosched()
+					last = time.Now()
+				}
 			}
 		}()
 	}
