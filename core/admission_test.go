@@ -113,27 +113,8 @@ func TestRealRedisPolicyTakesItsWindowLast(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var admitted atomic.Int64
-	var wg sync.WaitGroup
-	for i := 0; i < 400; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := 0; j < 5; j++ {
-				r, err := lim.Allow(ctx, "k")
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if r.Allowed {
-					admitted.Add(1)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if admitted.Load() != limit {
-		t.Errorf("admitted %d of 2000; want exactly %d", admitted.Load(), limit)
+	if admitted := allowFromMany(t, lim, "k", 400, 5); admitted != limit {
+		t.Errorf("admitted %d of 2000; want exactly %d", admitted, limit)
 	}
 	// GCRA refills one event in 8.64s: within the test, its Remaining is
 	// what the admitted requests left.

@@ -1,7 +1,6 @@
 package core
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"runtime"
@@ -129,7 +128,6 @@ func TestCPUBoundHoldsSmallBatches(t *testing.T) {
 // key, at a few and at many at once, against a real redis-server.
 func TestCPUBoundBatchesAdmitExactly(t *testing.T) {
 	c := redistest.Client(t)
-	ctx := context.Background()
 	const limit = 300
 	for _, alg := range Algorithms() {
 		for _, callers := range []int{6, 64} {
@@ -139,27 +137,8 @@ func TestCPUBoundBatchesAdmitExactly(t *testing.T) {
 				lim.batch.load = fixedGauge(true, true)
 				avoidWindowEdge(t, c, 24*time.Hour)
 				attempts := 2 * limit / callers
-				var admitted atomic.Int64
-				var wg sync.WaitGroup
-				for i := 0; i < callers; i++ {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						for j := 0; j < attempts; j++ {
-							r, err := lim.Allow(ctx, "one-key")
-							if err != nil {
-								t.Error(err)
-								return
-							}
-							if r.Allowed {
-								admitted.Add(1)
-							}
-						}
-					}()
-				}
-				wg.Wait()
-				if admitted.Load() != limit {
-					t.Errorf("admitted %d of %d attempts; want exactly %d", admitted.Load(), callers*attempts, limit)
+				if admitted := allowFromMany(t, lim, "one-key", callers, attempts); admitted != limit {
+					t.Errorf("admitted %d of %d attempts; want exactly %d", admitted, callers*attempts, limit)
 				}
 				waitBatcherIdle(t, lim.batch)
 			})

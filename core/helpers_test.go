@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -230,3 +231,30 @@ func restartUntilHealthy(t *testing.T, srv *redistest.Server, changed <-chan Hea
 // scriptSrc is the plain source of the script of every algorithm, which
 // the tests read and run directly.
 var scriptSrc = allScript.src.(string)
+
+// allowFromMany has callers goroutines each call lim.Allow on key
+// attempts times, and returns how many were admitted; an error fails the
+// test (and ends that goroutine's attempts).
+func allowFromMany(t *testing.T, lim *Limiter, key string, callers, attempts int) int64 {
+	t.Helper()
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for i := 0; i < callers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; j < attempts; j++ {
+				r, err := lim.Allow(context.Background(), key)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if r.Allowed {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return admitted.Load()
+}
