@@ -346,11 +346,10 @@ func (b *batcher) room(now time.Time) bool {
 // mayGo reports whether what is pending may go while other batches are in
 // flight, with b.mu held: once as many calls are pending as are in flight
 // in batches that have not stalled (been out for stallAfter), or twice as
-// many (see below). Redis runs
-// one script call after the other, so a second pipeline sent early would
-// only queue behind the first; a few calls sent alone would each pay a
-// whole script call and round trip, and hold a flusher that a larger batch
-// could use. What does not go now goes when a batch in flight returns
+// many (see below). Redis runs one script call after the other, so a
+// second pipeline sent early would only queue behind the first; a few
+// calls sent alone would each pay a whole script call and round trip, and
+// hold a flusher that a larger batch could use. What does not go now goes when a batch in flight returns
 // (its flusher giving up its turn first while the process is CPU-bound in
 // quick turns, see flush), or when the watchdog finds it stalled (see
 // holdBack): a pipeline hung on a dead connection must not hold back
