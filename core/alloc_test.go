@@ -9,7 +9,8 @@ import (
 )
 
 // TestAllocBudget holds the decision path to its allocation budget beyond
-// what go-redis allocates for the same pipelined script call: the Result's
+// what go-redis allocates for the same script call in a pipeline (a lone
+// decision goes as a plain command, which allocates less): the Result's
 // Rules and, when a batch starts from idle, the flusher goroutine (amortized
 // away under load), whatever the number of rules. The Redis keys are built
 // in the pooled call's buffers and passed by pointer, and the reply is read

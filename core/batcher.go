@@ -27,10 +27,10 @@ import (
 // context deadlines on reads unless ContextTimeoutEnabled is set): one
 // watchdog timer per batcher ends the wait of every call whose deadline has
 // passed (watchdog.go), and a caller whose context can end watches it too.
-// A call abandoned before its pipeline is built is never sent. When the
-// client does enforce context deadlines, a caller that finds nothing in
-// flight sends its call itself (inline.go), unless it could be canceled
-// and its deadline is further than inlineLag away.
+// A call abandoned before its pipeline is built is never sent. A caller
+// that finds nothing in flight sends its call itself (inline.go), unless
+// it could be canceled and its deadline is further than inlineLag away,
+// or the client cannot bound the call by its deadline (see inlineBound).
 //
 // Invariants. b.mu guards the fields of batcher from pending to watchAt,
 // and the batch and sentAt of every execScratch (failed has its own lock).
@@ -68,8 +68,12 @@ type batcher struct {
 	flushers  int // flushers running at once, not counting stalled sends (see newBatcher)
 	stalls    int // stalled sends that may be out at once beyond flushers (see room)
 	maxBatch  int
-	execLimit time.Duration        // bound of one pipeline's context
-	inline    bool                 // the client enforces context deadlines
+	execLimit time.Duration // bound of one pipeline's context
+	inline    bool          // the client enforces context deadlines
+	// boundable: a *redis.Client that does not (a default one), whose
+	// copy bounded a lone caller sends on (see inlineBound)
+	boundable bool
+	bounded   atomic.Pointer[boundedClient]
 	grouping  grouping             // which decisions may share a script call
 	cluster   *redis.ClusterClient // the client, when grouping is groupNode
 	// slotsOnly: the cluster's servers refused the script's node form (Redis
@@ -120,6 +124,7 @@ func newBatcher(client redis.UniversalClient, script *luaScript, rules int, rule
 	switch c := client.(type) {
 	case *redis.Client:
 		b.grouping = groupAll
+		b.boundable = !b.inline && b.failed.dials != nil // the hook that sends a bounded call
 	case *redis.ClusterClient:
 		b.grouping, b.cluster = groupNode, c
 	}
@@ -192,17 +197,23 @@ func (b *batcher) do(ctx context.Context, timeout time.Duration, c *call) (answe
 	// Inline only for a caller whose cancellation would come at most
 	// inlineLag late: go-redis bounds the command by the deadline, but does
 	// not watch cancellation while it reads.
-	if b.inline && b.active == 0 && !c.deadline.IsZero() && (ctx.Done() == nil || c.deadline.Sub(now) <= inlineLag) {
-		b.active++ // callers arriving meanwhile queue behind this one
-		b.mu.Unlock()
-		answered, err := b.sendInline(c)
-		if err != nil && (ctx.Err() != nil || timedOutAtOwnDeadline(ctx, c, err)) {
-			// Canceled while its call was out, or out of time at its own
-			// deadline, and not answered: say so as the context does.
-			<-ctx.Done()
-			return answered, ctx.Err()
+	if b.active == 0 && !c.deadline.IsZero() && (ctx.Done() == nil || c.deadline.Sub(now) <= inlineLag) {
+		if ok, bounded := b.inlineBound(c.kind, timeout, c.deadline.Equal(now.Add(timeout))); ok {
+			b.active++ // callers arriving meanwhile queue behind this one
+			b.mu.Unlock()
+			answered, err := b.sendInline(c, bounded)
+			if err != nil && (ctx.Err() != nil || timedOutAtOwnDeadline(ctx, c, err)) {
+				// Canceled while its call was out, or out of time at its own
+				// deadline, and not answered: say so as the context does.
+				<-ctx.Done()
+				return answered, ctx.Err()
+			}
+			if timedOut(c, err) {
+				// At the limiter's timeout: say so as the watchdog would.
+				return answered, b.failed.timeout()
+			}
+			return answered, err
 		}
-		return answered, err
 	}
 	b.pending = append(b.pending, c)
 	start := b.canStart(now)
@@ -272,7 +283,13 @@ func ownDeadline(ctx context.Context, c *call) bool {
 // say so (decide must not count a caller's impatience against Redis, and
 // its error must be its context's).
 func timedOutAtOwnDeadline(ctx context.Context, c *call, err error) bool {
-	if err == nil || !ownDeadline(ctx, c) || time.Now().Before(c.deadline) {
+	return ownDeadline(ctx, c) && timedOut(c, err)
+}
+
+// timedOut reports whether err, the failure of c's send, is a timeout at
+// c's deadline, which has passed.
+func timedOut(c *call, err error) bool {
+	if err == nil || time.Now().Before(c.deadline) {
 		return false
 	}
 	var ne net.Error

@@ -260,6 +260,7 @@ func TestHungPipelineDoesNotHoldBackOthers(t *testing.T) {
 	lim := newOn(t, c, FixedWindow, PerHour(100), WithTimeout(3*time.Second), WithHealthCheck(0, 0),
 		WithPrefix(fmt.Sprintf("hung-%d", time.Now().UnixNano())))
 	b := lim.batch
+	viaFlushers(b)
 	setFlushers(b, 2) // the scene below: both flushers busy
 	bg := context.Background()
 	loadScript(t, c)

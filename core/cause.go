@@ -83,8 +83,9 @@ func (s *sendFailure) timeout() error {
 }
 
 // dialWatch is a go-redis hook that remembers whether the client's last
-// dial failed, and why. It wraps dials only: commands and pipelines pass
-// through untouched (at no cost: it returns their next hook as is).
+// dial failed, and why. It also sends a lone caller's call on the copy of
+// the client that bounds it (see inlineBound); every other command, and
+// every pipeline, passes through untouched.
 type dialWatch struct{ lastError }
 
 func (w *dialWatch) DialHook(next redis.DialHook) redis.DialHook {
@@ -99,7 +100,16 @@ func (w *dialWatch) DialHook(next redis.DialHook) redis.DialHook {
 	}
 }
 
-func (w *dialWatch) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+// ProcessHook sends a lone caller's bounded call on its copy of the
+// client (see boundedCmd), and every other command on.
+func (w *dialWatch) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if b, ok := cmd.(*boundedCmd); ok {
+			return b.via.Process(ctx, b.scriptCmd)
+		}
+		return next(ctx, cmd)
+	}
+}
 
 func (w *dialWatch) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next

@@ -40,11 +40,11 @@ func TestTimeoutWrapsDialError(t *testing.T) {
 
 // faultConn fails its reads as a connection closed on this side (mode 1:
 // a failover client's close, or crypto/tls's bare report of one) or hangs
-// them (mode 2: a path that stopped forwarding).
+// them (mode 2: a path that stopped forwarding: what arrives is dropped,
+// and a read ends at its deadline, as a net.Conn's does).
 type faultConn struct {
 	net.Conn
 	mode *atomic.Int32
-	stop chan struct{} // ends the hung reads: closed when the test ends
 }
 
 func (c *faultConn) Read(b []byte) (int, error) {
@@ -52,8 +52,11 @@ func (c *faultConn) Read(b []byte) (int, error) {
 	case 1:
 		return 0, &net.OpError{Op: "read", Net: "tcp", Err: net.ErrClosed}
 	case 2:
-		<-c.stop
-		return 0, net.ErrClosed
+		for {
+			if _, err := c.Conn.Read(b); err != nil {
+				return 0, err
+			}
+		}
 	}
 	return c.Conn.Read(b)
 }
@@ -75,14 +78,12 @@ func TestTimeoutNamingAClosedConnectionCounts(t *testing.T) {
 
 	opt := redistest.Options(t)
 	var mode atomic.Int32
-	stop := make(chan struct{})
-	t.Cleanup(func() { close(stop) })
 	opt.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
 		if err != nil {
 			return nil, err
 		}
-		return &faultConn{c, &mode, stop}, nil
+		return &faultConn{c, &mode}, nil
 	}
 	opt.MaxRetries = -1
 	rdb := redis.NewClient(opt)

@@ -49,38 +49,43 @@ func TestTimedOutDecisionIsNotSentLate(t *testing.T) {
 	}
 }
 
-// With ContextTimeoutEnabled a lone caller sends its call itself, "the
-// deadline holds just the same". It does not while go-redis waits for a
-// pooled connection: execContext has no Done channel, so the pool waits its
-// PoolTimeout, not the decision's timeout.
+// A lone caller sends its call itself, "the deadline holds just the
+// same". It did not while go-redis waits for a pooled connection:
+// execContext had no Done channel, so the pool waited its PoolTimeout, not
+// the decision's timeout. On both kinds of client: one that enforces
+// context deadlines, and a default one (whose copy bounds the call).
 func TestInlineSendHonoursTimeoutWaitingForAConnection(t *testing.T) {
-	opt := redistest.Options(t)
-	opt.PoolSize, opt.PoolTimeout, opt.MaxRetries = 1, time.Hour, -1
-	opt.ContextTimeoutEnabled = true
-	opt.ClientName = "edge-inline-pool"
-	c := redis.NewClient(opt)
-	t.Cleanup(func() { c.Close() }) // after the hold is released
-	lim := newOn(t, c, GCRA, PerSecond(10), WithTimeout(50*time.Millisecond),
-		WithHealthCheck(0, 0), WithPrefix(fmt.Sprintf("inline-pool-%d", time.Now().UnixNano())))
-	if !lim.batch.inline {
-		t.Fatal("ContextTimeoutEnabled not detected")
-	}
-	release := holdOnlyConnection(t, c, opt.ClientName)
+	for _, ctxTimeout := range []bool{true, false} {
+		t.Run(fmt.Sprintf("ContextTimeoutEnabled=%v", ctxTimeout), func(t *testing.T) {
+			opt := redistest.Options(t)
+			opt.PoolSize, opt.PoolTimeout, opt.MaxRetries = 1, time.Hour, -1
+			opt.ContextTimeoutEnabled = ctxTimeout
+			opt.ClientName = fmt.Sprintf("edge-inline-pool-%v", ctxTimeout)
+			c := redis.NewClient(opt)
+			t.Cleanup(func() { c.Close() }) // after the hold is released
+			lim := newOn(t, c, GCRA, PerSecond(10), WithTimeout(50*time.Millisecond),
+				WithHealthCheck(0, 0), WithPrefix(fmt.Sprintf("inline-pool-%d", time.Now().UnixNano())))
+			if lim.batch.inline != ctxTimeout {
+				t.Fatal("ContextTimeoutEnabled not detected")
+			}
+			release := holdOnlyConnection(t, c, opt.ClientName)
 
-	done := make(chan error, 1)
-	go func() {
-		_, err := lim.Allow(context.Background(), "k")
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Errorf("got %v, want DeadlineExceeded", err)
-		}
-	case <-time.After(10 * time.Second): // 200 times the 50ms timeout
-		t.Error("a decision with a 50ms timeout was still waiting after 10s (for a pooled connection)")
-		release()
-		<-done
+			done := make(chan error, 1)
+			go func() {
+				_, err := lim.Allow(context.Background(), "k")
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if !errors.Is(err, context.DeadlineExceeded) {
+					t.Errorf("got %v, want DeadlineExceeded", err)
+				}
+			case <-time.After(10 * time.Second): // 200 times the 50ms timeout
+				t.Error("a decision with a 50ms timeout was still waiting after 10s (for a pooled connection)")
+				release()
+				<-done
+			}
+		})
 	}
 }
 
@@ -124,51 +129,56 @@ func TestInlineSendHonoursCancel(t *testing.T) {
 }
 
 // A caller that can be canceled, with a deadline within inlineLag (an HTTP
-// request with the default timeout), sends its own decision on a client
-// that enforces deadlines; canceled while Redis does not answer, it
-// returns context.Canceled by its deadline. Answered, it gets its answer.
+// request with the default timeout), sends its own decision, on a client
+// that enforces deadlines and on a default one alike; canceled while Redis
+// does not answer, it returns context.Canceled by its deadline. Answered,
+// it gets its answer.
 func TestInlineSendForCancelableCaller(t *testing.T) {
-	count := &countScripts{}
-	opt := redistest.Options(t)
-	opt.ContextTimeoutEnabled = true
-	c := redis.NewClient(opt)
-	defer c.Close()
-	c.AddHook(count)
-	lim := newOn(t, c, GCRA, PerHour(100), WithTimeout(DefaultTimeout), WithPrefix(fmt.Sprintf("inline-cancelable-%d", time.Now().UnixNano())))
-	loadScript(t, c)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if r, err := lim.Allow(ctx, "k"); err != nil || r.Remaining != 99 {
-		t.Fatalf("%+v %v", r, err)
-	}
-	if n := count.n.Load(); n != 1 {
-		t.Errorf("%d script calls sent inline; want the decision's 1", n)
-	}
+	for _, ctxTimeout := range []bool{true, false} {
+		t.Run(fmt.Sprintf("ContextTimeoutEnabled=%v", ctxTimeout), func(t *testing.T) {
+			count := &countScripts{}
+			opt := redistest.Options(t)
+			opt.ContextTimeoutEnabled = ctxTimeout
+			c := redis.NewClient(opt)
+			defer c.Close()
+			c.AddHook(count)
+			lim := newOn(t, c, GCRA, PerHour(100), WithTimeout(DefaultTimeout), WithPrefix(fmt.Sprintf("inline-cancelable-%d", time.Now().UnixNano())))
+			loadScript(t, c)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if r, err := lim.Allow(ctx, "k"); err != nil || r.Remaining != 99 {
+				t.Fatalf("%+v %v", r, err)
+			}
+			if n := count.n.Load(); n != 1 {
+				t.Errorf("%d script calls sent inline; want the decision's 1", n)
+			}
 
-	stuck := redis.NewClient(&redis.Options{Addr: redistest.StuckServer(t), ContextTimeoutEnabled: true,
-		MaxRetries: -1, ReadTimeout: time.Hour, WriteTimeout: time.Hour})
-	defer stuck.Close()
-	hung := newOn(t, stuck, GCRA, PerSecond(1), WithTimeout(inlineLag), WithHealthCheck(0, 0))
-	ctx, cancel = context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		_, err := hung.Allow(ctx, "k")
-		done <- err
-	}()
-	waitFor(t, "the inline send", func() bool {
-		active, pending, _, _ := batcherState(hung.batch)
-		return active > 0 && pending == 0
-	})
-	cancel()
-	select {
-	case err := <-done:
-		if !errors.Is(err, context.Canceled) {
-			t.Errorf("got %v, want context.Canceled", err)
-		}
-	case <-time.After(10 * time.Second): // ten times its deadline
-		t.Error("a canceled caller was still waiting 10s later")
-		stuck.Close()
-		<-done
+			stuck := redis.NewClient(&redis.Options{Addr: redistest.StuckServer(t), ContextTimeoutEnabled: ctxTimeout,
+				MaxRetries: -1, ReadTimeout: time.Hour, WriteTimeout: time.Hour})
+			defer stuck.Close()
+			hung := newOn(t, stuck, GCRA, PerSecond(1), WithTimeout(inlineLag), WithHealthCheck(0, 0))
+			ctx, cancel = context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() {
+				_, err := hung.Allow(ctx, "k")
+				done <- err
+			}()
+			waitFor(t, "the inline send", func() bool {
+				active, pending, _, _ := batcherState(hung.batch)
+				return active > 0 && pending == 0
+			})
+			cancel()
+			select {
+			case err := <-done:
+				if !errors.Is(err, context.Canceled) {
+					t.Errorf("got %v, want context.Canceled", err)
+				}
+			case <-time.After(10 * time.Second): // ten times its deadline
+				t.Error("a canceled caller was still waiting 10s later")
+				stuck.Close()
+				<-done
+			}
+		})
 	}
 }
 

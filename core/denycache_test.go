@@ -204,6 +204,7 @@ func TestDenyCacheAfterOwnReset(t *testing.T) {
 	gate := &pipelineGate{armed: make(chan struct{}), executed: make(chan struct{}), open: make(chan struct{})}
 	c.AddHook(gate)
 	lim := newOn(t, c, FixedWindow, PerHour(1), WithPrefix(prefix), WithDenyCache(100))
+	viaFlushers(lim.batch)
 	close(gate.armed)
 
 	denied := make(chan Result, 1)

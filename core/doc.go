@@ -18,10 +18,11 @@
 // its decision and waits for its own answer or its own deadline; queued
 // decisions go to Redis together, in one script call that decides each of
 // them in order, all or nothing, with its own answer and its own error. A
-// lone caller is sent at once, with no timer. The deadline holds whatever
-// the go-redis client's own timeouts are; with ContextTimeoutEnabled set on
-// the client, a lone caller sends its decision itself, sparing a goroutine
-// handoff.
+// lone caller sends its decision itself at once, with no timer and no
+// goroutine handoff. The deadline holds whatever the go-redis client's own
+// timeouts are (on a default *redis.Client, which ignores context
+// deadlines while it reads, a lone call goes on a copy of the client whose
+// timeouts are the limiter's; see docs/performance.md).
 //
 // # Choosing an algorithm
 //

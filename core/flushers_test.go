@@ -118,6 +118,7 @@ func TestCloseEndsParkedFlushers(t *testing.T) {
 	lim := newOn(t, c, GCRA, PerHour(1_000_000), WithTimeout(200*time.Millisecond), WithHealthCheck(0, 0),
 		WithPrefix(fmt.Sprintf("close-%d", time.Now().UnixNano())))
 	b := lim.batch
+	viaFlushers(b)
 	loadScript(t, c)
 	defer close(hold.release)
 	// The first batch hangs; the traffic goes on around it, and its

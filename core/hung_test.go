@@ -108,6 +108,7 @@ func TestHungConnectionsDoNotStarveTheProbe(t *testing.T) {
 	defer c.Close()
 	lim := newOn(t, c, FixedWindow, PerHour(1_000_000), WithTimeout(100*time.Millisecond),
 		WithHealthCheck(0, 0), WithPrefix(fmt.Sprintf("hung-probe-%d", time.Now().UnixNano())))
+	viaFlushers(lim.batch)
 	loadScript(t, c)
 	warmPool(t, c, p, 3)
 	p.HangOpen()

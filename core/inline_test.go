@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -151,5 +152,52 @@ func TestNoScriptThroughAWrappingHook(t *testing.T) {
 				t.Errorf("ContextTimeoutEnabled %v, Allow %d after SCRIPT FLUSH: %+v, %v; want it decided", ctxTimeout, i+1, r, err)
 			}
 		}
+	}
+}
+
+// A lone caller on a default client (no ContextTimeoutEnabled) sends its
+// own call too, through a copy of the client whose read and write timeouts
+// are the limiter's: no handoff to a flusher and back. Its deadline still
+// holds whatever the client's own timeouts are, and a caller whose context
+// ends before the limiter's timeout is still answered at its context's
+// deadline.
+func TestLoneCallerOnDefaultClientSendsInline(t *testing.T) {
+	c := redis.NewClient(redistest.Options(t))
+	defer c.Close()
+	count := &countScripts{}
+	c.AddHook(count)
+	lim := newOn(t, c, GCRA, PerHour(100), WithPrefix(fmt.Sprintf("lone-default-%d", time.Now().UnixNano())))
+	loadScript(t, c)
+	ctx := context.Background()
+	for i := 1; i <= 3; i++ {
+		if r, err := lim.Allow(ctx, "k"); err != nil || r.Remaining != 100-i {
+			t.Fatalf("decision %d: %+v %v", i, r, err)
+		}
+	}
+	if n := count.n.Load(); n != 3 {
+		t.Errorf("3 lone decisions sent %d script calls as single commands; want 3 (sent by their callers, through the client's hooks)", n)
+	}
+	if err := c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := lim.Allow(ctx, "k"); err != nil || r.Remaining != 96 {
+		t.Fatalf("after SCRIPT FLUSH: %+v %v", r, err)
+	}
+
+	stuck := redis.NewClient(&redis.Options{Addr: redistest.StuckServer(t), ReadTimeout: time.Minute, WriteTimeout: time.Minute})
+	defer stuck.Close()
+	hung := newOn(t, stuck, GCRA, PerSecond(1), WithTimeout(50*time.Millisecond), WithFailureMode(FailClosed))
+	start := time.Now()
+	if r, err := hung.Allow(ctx, "k"); !errors.Is(err, context.DeadlineExceeded) || r.Allowed {
+		t.Errorf("hung Redis, 50ms timeout, client read timeout a minute: %+v %v; want a denial with DeadlineExceeded", r, err)
+	}
+	long := newOn(t, stuck, GCRA, PerSecond(1), WithTimeout(time.Minute), WithFailureMode(FailClosed))
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if r, err := long.Allow(short, "k"); !errors.Is(err, context.DeadlineExceeded) || r.Allowed {
+		t.Errorf("hung Redis, a minute's timeout, the caller's context 50ms: %+v %v; want a denial with the context's error", r, err)
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Errorf("two decisions bounded by 50ms took %v against a hung Redis", d)
 	}
 }

@@ -45,6 +45,7 @@ func TestDelAnsweredBeforeTheScripts(t *testing.T) {
 	lim := newOn(t, c, FixedWindow, PerHour(10), WithTimeout(10*time.Second), WithHealthCheck(0, 0),
 		WithPrefix(fmt.Sprintf("delbehind-%d", time.Now().UnixNano())))
 	b := lim.batch
+	viaFlushers(b)
 	setFlushers(b, 2) // the scene below: both flushers busy
 	bg := context.Background()
 	loadScript(t, c)

@@ -67,6 +67,7 @@ func TestWatchdogFiresAtTheEarliestDeadline(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: stuck, MaxRetries: -1, ReadTimeout: time.Minute})
 	defer c.Close()
 	lim := newOn(t, c, GCRA, PerSecond(1), WithTimeout(50*time.Millisecond), WithHealthCheck(1, 50*time.Millisecond))
+	viaFlushers(lim.batch)
 	var probeMu sync.Mutex
 	var probeDeadline time.Time // of the first probe's PING
 	ping := lim.health.probe
