@@ -74,16 +74,18 @@ func (l *httpLimiters) reportErr(_ *http.Request, err error) {
 var httpLimit = core.Limit{Rate: rate, Period: time.Second}
 
 // sluiceFor returns the client and timeout of a sluice variant: "sluice" is
-// on a default client with -sluice.timeout, as the peers are on default
-// clients; "sluice_ctxtimeout" on a ContextTimeoutEnabled client with a 1s
-// timeout, the setup docs/performance.md recommends, where a lone request
-// sends its own decision (its deadline within the second the inline path
-// allows a caller that can be canceled).
+// on a default client, as the peers are on default clients;
+// "sluice_ctxtimeout" on a ContextTimeoutEnabled client. Both have a 1s
+// timeout: no request here comes near it (nor the peers' only bound,
+// go-redis's 5s read timeout), and within it a lone request, which can be
+// canceled, sends its own decision (see inlineLag in core), as it does with
+// sluice's default timeout (100ms), which the slowest requests of a loaded
+// machine could pass.
 func (l *httpLimiters) sluiceFor(variant string) (redis.UniversalClient, time.Duration) {
 	if variant == "sluice_ctxtimeout" {
 		return l.sluiceCtx, time.Second
 	}
-	return l.sluiceRDB, *sluiceTimeout
+	return l.sluiceRDB, time.Second
 }
 
 // okBody is the trivial handler's answer.

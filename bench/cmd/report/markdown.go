@@ -246,7 +246,7 @@ func writeGoals(w io.Writer, g *grid, lat latency, turns turnsRun) {
 		}, func(x float64) bool { return x <= goalLatency }, nil))
 	}
 	if raw, ok := g.value("raw_evalsha", 1, "allocs/op"); ok {
-		fmt.Fprintf(w, "- **Allocations at c=1** beyond go-redis's own for one EVALSHA (raw EVALSHA: %s allocs/op); sluice goes through a go-redis pipeline, whose own cost is in these numbers too:", fmtInt(raw))
+		fmt.Fprintf(w, "- **Allocations at c=1** beyond go-redis's own for one EVALSHA (raw EVALSHA: %s allocs/op), which a lone sluice caller sends itself:", fmtInt(raw))
 		var parts []string
 		for _, row := range g.rows {
 			if v, ok := g.value(row, 1, "allocs/op"); ok && isSluice(row) {
