@@ -30,7 +30,7 @@ import (
 // A call abandoned before its pipeline is built is never sent. A caller
 // that finds nothing in flight sends its call itself (inline.go), unless
 // it could be canceled and its deadline is further than inlineLag away,
-// or the client cannot bound the call by its deadline (see inlineBound).
+// or the client cannot end the call at its deadline (see inlineBound).
 //
 // Invariants. b.mu guards the fields of batcher from pending to watchAt,
 // and the batch and sentAt of every execScratch (failed has its own lock).
@@ -70,12 +70,11 @@ type batcher struct {
 	maxBatch  int
 	execLimit time.Duration // bound of one pipeline's context
 	inline    bool          // the client enforces context deadlines
-	// boundable: a *redis.Client that does not (a default one), whose
-	// copy bounded a lone caller sends on (see inlineBound)
-	boundable bool
-	bounded   atomic.Pointer[boundedClient]
-	grouping  grouping             // which decisions may share a script call
-	cluster   *redis.ClusterClient // the client, when grouping is groupNode
+	// bounded: on a *redis.Client that does not (a default one), the copy
+	// that does, which a lone caller's script call goes on (inlineBound)
+	bounded  *redis.Client
+	grouping grouping             // which decisions may share a script call
+	cluster  *redis.ClusterClient // the client, when grouping is groupNode
 	// slotsOnly: the cluster's servers refused the script's node form (Redis
 	// before 7 knows no script flags); decisions then group by slot.
 	slotsOnly atomic.Bool
@@ -124,7 +123,9 @@ func newBatcher(client redis.UniversalClient, script *luaScript, rules int, rule
 	switch c := client.(type) {
 	case *redis.Client:
 		b.grouping = groupAll
-		b.boundable = !b.inline && b.failed.dials != nil // the hook that sends a bounded call
+		if !b.inline && b.failed.dials != nil { // the hook that sends on the copy
+			b.bounded = boundedCopy(c)
+		}
 	case *redis.ClusterClient:
 		b.grouping, b.cluster = groupNode, c
 	}
@@ -198,7 +199,7 @@ func (b *batcher) do(ctx context.Context, timeout time.Duration, c *call) (answe
 	// inlineLag late: go-redis bounds the command by the deadline, but does
 	// not watch cancellation while it reads.
 	if b.active == 0 && !c.deadline.IsZero() && (ctx.Done() == nil || c.deadline.Sub(now) <= inlineLag) {
-		if ok, bounded := b.inlineBound(c.kind, timeout, c.deadline.Equal(now.Add(timeout))); ok {
+		if ok, bounded := b.inlineBound(c.kind); ok {
 			b.active++ // callers arriving meanwhile queue behind this one
 			b.mu.Unlock()
 			answered, err := b.sendInline(c, bounded)

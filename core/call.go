@@ -25,7 +25,6 @@ type call struct {
 	slot int           // the Redis Cluster slot of its keys, on a ClusterClient (see groupNode)
 
 	scratch []interface{} // the inline path's full argument list
-	bounded boundedCmd    // the inline path's command on a default client (see inlineBound)
 
 	deadline time.Time     // when the caller stops waiting; zero: never
 	done     chan struct{} // buffered: signalled once per use, by whoever claims it

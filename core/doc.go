@@ -21,8 +21,8 @@
 // lone caller sends its decision itself at once, with no timer and no
 // goroutine handoff. The deadline holds whatever the go-redis client's own
 // timeouts are (on a default *redis.Client, which ignores context
-// deadlines while it reads, a lone call goes on a copy of the client whose
-// timeouts are the limiter's; see docs/performance.md).
+// deadlines while it reads, a lone call goes on a copy of the client that
+// enforces them; see docs/performance.md).
 //
 // # Choosing an algorithm
 //

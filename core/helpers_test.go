@@ -262,4 +262,4 @@ func allowFromMany(t *testing.T, lim *Limiter, key string, callers, attempts int
 // viaFlushers makes a lone caller on b's default client hand its call to a
 // flusher, as on a client of another kind, instead of sending it itself
 // (see inlineBound): for the tests whose scene is the flushers'.
-func viaFlushers(b *batcher) { b.boundable = false }
+func viaFlushers(b *batcher) { b.bounded = nil }

@@ -7,8 +7,8 @@ import (
 )
 
 // sendInline sends c alone from the caller's goroutine, as a plain command
-// (no pipeline): go-redis ends it at c's deadline, itself or, with bounded
-// set, on that copy of the client (see inlineBound). Then it hands what
+// (no pipeline): go-redis ends it at c's deadline, on b's client or, with
+// bounded set, on that copy of it (see inlineBound). Then it hands what
 // queued meanwhile to a flusher.
 func (b *batcher) sendInline(c *call, bounded *redis.Client) (bool, error) {
 	ctx := &c.ctx
@@ -22,9 +22,8 @@ func (b *batcher) sendInline(c *call, bounded *redis.Client) (bool, error) {
 		for sends := 1; ; sends++ {
 			cmd = redis.NewIntSliceCmd(ctx, args...)
 			if bounded != nil {
-				c.bounded = boundedCmd{scriptCmd{cmd}, bounded}
-				_ = b.client.Process(ctx, &c.bounded) // (a pointer: nothing boxed)
-				c.bounded = boundedCmd{}
+				// A command of its own (a hook may keep it)
+				_ = b.client.Process(ctx, &boundedCmd{scriptCmd{cmd}, bounded})
 			} else {
 				_ = b.client.Process(ctx, scriptCmd{cmd})
 			}
@@ -68,23 +67,13 @@ func (b *batcher) sendInline(c *call, bounded *redis.Client) (bool, error) {
 // deadlines while it reads: it ends a command at its own read timeout
 // (seconds, by default). So a lone caller's script call on a default
 // *redis.Client goes through the client's hooks as every command does and
-// is then sent, by the innermost hook (sluice's: see dialWatch), on a copy
-// of the client made by WithTimeout, which shares its connection pool and
-// whose read and write timeouts are the limiter's timeout: go-redis ends
-// the write and the read each within that timeout of its start, that is at
-// the call's deadline (to within the microseconds between the call's start
-// and the read's). It holds only for a deadline timeout from now: a caller
-// whose context ends earlier hands its call to a flusher, as does every
-// caller on another kind of client (a ClusterClient, a Ring) that does not
-// enforce deadlines. A hook added to the client after the limiter was made
-// sits inside sluice's and is passed over by such a call.
-
-// boundedClient is the copy of a default *redis.Client that sends a lone
-// caller's call within timeout.
-type boundedClient struct {
-	timeout time.Duration
-	client  *redis.Client
-}
+// is then sent, by the innermost hook (sluice's: see dialWatch), on the
+// batcher's copy of the client (boundedCopy), which shares its connection
+// pool and enforces context deadlines: go-redis ends every read and write
+// of the call (a new connection's handshake too) at the call's deadline,
+// as on a client with ContextTimeoutEnabled. A hook added to the client
+// after the limiter was made sits inside sluice's and is passed over by
+// such a call.
 
 // boundedCmd is a script call that the innermost hook sends on via.
 type boundedCmd struct {
@@ -92,29 +81,45 @@ type boundedCmd struct {
 	via *redis.Client
 }
 
-// inlineBound reports whether a lone caller whose call is due within
-// timeout sends it itself, and on which copy of the client when the client
-// does not enforce deadlines (nil when it does). sinceNow says the call's
-// deadline is timeout from now, not an earlier one of its context's.
-func (b *batcher) inlineBound(kind callKind, timeout time.Duration, sinceNow bool) (bool, *redis.Client) {
+// boundedCopy returns a copy of c that enforces context deadlines, or nil
+// when a lone caller must hand its call to a flusher instead:
+//   - when c never sets a deadline on its connections (a read or write
+//     timeout of -2, stored as -1), the copy's deadlines would outlive
+//     its calls on the connections they share;
+//   - a CredentialsProvider (or a StreamingCredentialsProvider) runs when
+//     a connection is made and takes no context: the call could not end
+//     at its deadline while it runs. (The Dialer, OnConnect and
+//     CredentialsProviderContext are handed the call's context.)
+//
+// The copy is made by WithTimeout: it shares c's pool and none of its
+// hooks (sluice's hook on c sends the call on it: see boundedCmd). Its
+// own Options, a clone of c's that nothing else holds, get c's read and
+// write timeouts back and ContextTimeoutEnabled before its first use;
+// go-redis reads them at every command. TestLoneCallerOnDefaultClient
+// SendsInline holds the copy to the call's deadline (a new connection's
+// handshake included) and to c's own read timeout.
+func boundedCopy(c *redis.Client) *redis.Client {
+	opt := c.Options()
+	if opt.ReadTimeout < 0 || opt.WriteTimeout < 0 || opt.CredentialsProvider != nil || opt.StreamingCredentialsProvider != nil {
+		return nil
+	}
+	cp := c.WithTimeout(opt.ReadTimeout)
+	own := cp.Options()
+	own.ReadTimeout, own.WriteTimeout = opt.ReadTimeout, opt.WriteTimeout
+	own.ContextTimeoutEnabled = true
+	return cp
+}
+
+// inlineBound reports whether a lone caller sends a call of kind itself,
+// and on which client: nil for the batcher's own, which enforces context
+// deadlines, or the copy that does (a script call on a default
+// *redis.Client). Other calls on other clients go to a flusher.
+func (b *batcher) inlineBound(kind callKind) (bool, *redis.Client) {
 	if b.inline {
 		return true, nil
 	}
-	c, ok := b.client.(*redis.Client)
-	if !ok || !b.boundable || kind != callScript || !sinceNow || timeout <= 0 {
-		return false, nil
+	if b.bounded != nil && kind == callScript {
+		return true, b.bounded
 	}
-	if bc := b.bounded.Load(); bc != nil && bc.timeout == timeout {
-		return true, bc.client
-	}
-	t := timeout // or the client's own timeouts, when shorter
-	opt := c.Options()
-	for _, own := range []time.Duration{opt.ReadTimeout, opt.WriteTimeout} {
-		if own > 0 && own < t {
-			t = own
-		}
-	}
-	bc := &boundedClient{timeout: timeout, client: c.WithTimeout(t)}
-	b.bounded.Store(bc)
-	return true, bc.client
+	return false, nil
 }

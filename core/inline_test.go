@@ -156,8 +156,8 @@ func TestNoScriptThroughAWrappingHook(t *testing.T) {
 }
 
 // A lone caller on a default client (no ContextTimeoutEnabled) sends its
-// own call too, through a copy of the client whose read and write timeouts
-// are the limiter's: no handoff to a flusher and back. Its deadline still
+// own call too, through a copy of the client that enforces context
+// deadlines: no handoff to a flusher and back. Its deadline still
 // holds whatever the client's own timeouts are, and a caller whose context
 // ends before the limiter's timeout is still answered at its context's
 // deadline.
@@ -199,5 +199,131 @@ func TestLoneCallerOnDefaultClientSendsInline(t *testing.T) {
 	}
 	if d := time.Since(start); d > 30*time.Second {
 		t.Errorf("two decisions bounded by 50ms took %v against a hung Redis", d)
+	}
+
+	// Every read and write of the call ends at its deadline, not each a
+	// timeout after it starts: here a new connection's handshake takes one
+	// slow reply (400ms) of the 500ms timeout, and the script's reply would
+	// come 400ms after that.
+	p := redistest.StartProxy(t, redistest.Options(t).Addr)
+	slow := redis.NewClient(&redis.Options{Addr: p.Addr, ReadTimeout: time.Minute, WriteTimeout: time.Minute, MaxRetries: -1})
+	defer slow.Close()
+	late := newOn(t, slow, GCRA, PerHour(100), WithTimeout(500*time.Millisecond), WithFailureMode(FailClosed), WithHealthCheck(0, 0),
+		WithPrefix(fmt.Sprintf("lone-default-slow-%d", time.Now().UnixNano())))
+	loadScript(t, c)
+	p.Delay(400 * time.Millisecond)
+	if r, err := late.Allow(ctx, "k"); !errors.Is(err, context.DeadlineExceeded) || r.Allowed {
+		t.Errorf("replies 400ms late, a 500ms timeout, a new connection: %+v %v; want a denial with DeadlineExceeded (the handshake and the call share the timeout)", r, err)
+	}
+}
+
+// A lone caller on a default client hands its call to a flusher when the
+// copy could not end it at its deadline: a client that never sets
+// deadlines on its connections (read or write timeout -2) would keep, on
+// a connection the copy used, the copy's last deadline; a
+// CredentialsProvider, which takes no context, runs while a connection is
+// made.
+func TestLoneCallerHandsOffWhenTheCopyCannotEndTheCall(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		set  func(*redis.Options)
+	}{
+		{"read timeout -2", func(o *redis.Options) { o.ReadTimeout = -2 }},
+		{"write timeout -2", func(o *redis.Options) { o.WriteTimeout = -2 }},
+		{"CredentialsProvider", func(o *redis.Options) {
+			user, pass := o.Username, o.Password
+			o.CredentialsProvider = func() (string, string) { return user, pass }
+		}},
+	} {
+		opt := redistest.Options(t)
+		tc.set(opt)
+		c := redis.NewClient(opt)
+		lim := newOn(t, c, GCRA, PerHour(100), WithPrefix(fmt.Sprintf("lone-handoff-%d", time.Now().UnixNano())))
+		if lim.batch.bounded != nil {
+			t.Errorf("%s: a lone caller sends on a copy of the client", tc.name)
+		}
+		if r, err := lim.Allow(context.Background(), "k"); err != nil || r.Remaining != 99 {
+			t.Errorf("%s: %+v %v", tc.name, r, err)
+		}
+		c.Close()
+	}
+}
+
+// The copy keeps the client's own read and write timeouts: a write timeout
+// shorter than a reply takes does not become its read timeout.
+func TestLoneCallerKeepsTheClientsReadTimeout(t *testing.T) {
+	p := redistest.StartProxy(t, redistest.Options(t).Addr)
+	c := redis.NewClient(&redis.Options{Addr: p.Addr, WriteTimeout: 10 * time.Millisecond, ReadTimeout: 3 * time.Second})
+	defer c.Close()
+	lim := newOn(t, c, GCRA, PerHour(100), WithTimeout(time.Second), WithHealthCheck(0, 0),
+		WithPrefix(fmt.Sprintf("lone-readtimeout-%d", time.Now().UnixNano())))
+	ctx := context.Background()
+	if _, err := lim.Allow(ctx, "warm"); err != nil {
+		t.Fatal(err)
+	}
+	p.Delay(30 * time.Millisecond)
+	for i := 0; i < 3; i++ {
+		if _, err := lim.Allow(ctx, "k"); err != nil {
+			t.Errorf("decision %d, replies 30ms late, a 3s read timeout, a 10ms write timeout and a 1s timeout: %v", i, err)
+		}
+	}
+}
+
+// retainCmds is a go-redis hook that keeps the commands it saw, to read
+// them later, as an asynchronous exporter does.
+type retainCmds struct {
+	mu   sync.Mutex
+	cmds []redis.Cmder
+}
+
+func (h *retainCmds) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *retainCmds) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.mu.Lock()
+		h.cmds = append(h.cmds, cmd)
+		h.mu.Unlock()
+		return err
+	}
+}
+func (h *retainCmds) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// A hook may keep the command a lone caller sent: reading it later does
+// not panic and gives its own call's answer. (Its arguments are reused
+// once the call returns: see failure-modes.md.)
+func TestHookKeepsALoneCallersCommand(t *testing.T) {
+	c := redis.NewClient(redistest.Options(t))
+	defer c.Close()
+	h := &retainCmds{}
+	c.AddHook(h)
+	lim := newOn(t, c, GCRA, PerHour(100), WithPrefix(fmt.Sprintf("lone-retain-%d", time.Now().UnixNano())))
+	loadScript(t, c)
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		if _, err := lim.Allow(ctx, fmt.Sprintf("k%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	kept := h.cmds[len(h.cmds)-3:] // after loadScript's
+	for i, cmd := range kept {
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Errorf("command %d (%T), read after its call: %v", i, cmd, r)
+				}
+			}()
+			_ = cmd.Name()
+			_ = cmd.Args()
+			if cmd.Err() != nil {
+				t.Errorf("command %d, read after its call: %v", i, cmd.Err())
+			}
+			if v, ok := cmd.(interface{ Val() []int64 }); !ok || len(v.Val()) == 0 {
+				t.Errorf("command %d, read after its call: no answer", i)
+			}
+		}()
 	}
 }

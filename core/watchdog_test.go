@@ -128,6 +128,7 @@ func TestOwnDeadlineNotCountedAgainstHealth(t *testing.T) {
 	defer gate.release()
 	lim := newOn(t, c, GCRA, PerSecond(1000), WithTimeout(time.Minute), WithHealthCheck(1<<30, 0),
 		WithPrefix(fmt.Sprintf("ctxdl-%d", time.Now().UnixNano())))
+	viaFlushers(lim.batch)
 	bg := context.Background()
 	loadScript(t, c)
 	for i := 0; i < 400; i++ {
@@ -148,21 +149,24 @@ func TestOwnDeadlineNotCountedAgainstHealth(t *testing.T) {
 // answer ("i/o timeout") can arrive before the context's own timer has set
 // ctx.Err(); decide still counts nothing against Redis's health for a
 // caller past its own deadline, or enough impatient callers would open the
-// breaker on a healthy Redis.
+// breaker on a healthy Redis. So too on a default client, whose lone
+// caller sends on a copy that enforces deadlines (see inlineBound).
 func TestOwnDeadlineAnswerNotCountedAgainstHealth(t *testing.T) {
-	c := redis.NewClient(&redis.Options{Addr: redistest.StuckServer(t), ContextTimeoutEnabled: true,
-		MaxRetries: -1, ReadTimeout: time.Minute})
-	defer c.Close()
-	lim := newOn(t, c, GCRA, PerSecond(1000), WithTimeout(time.Minute), WithHealthCheck(1<<30, 0))
-	for i := 0; i < 200; i++ {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Millisecond)
-		_, err := lim.Allow(ctx, "k")
-		cancel()
-		if err == nil {
-			t.Fatalf("call %d answered by a server that never answers", i)
+	for _, ctxTimeout := range []bool{true, false} {
+		c := redis.NewClient(&redis.Options{Addr: redistest.StuckServer(t), ContextTimeoutEnabled: ctxTimeout,
+			MaxRetries: -1, ReadTimeout: time.Minute})
+		lim := newOn(t, c, GCRA, PerSecond(1000), WithTimeout(time.Minute), WithHealthCheck(1<<30, 0))
+		for i := 0; i < 200; i++ {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Millisecond)
+			_, err := lim.Allow(ctx, "k")
+			cancel()
+			if err == nil {
+				t.Fatalf("ContextTimeoutEnabled %v, call %d answered by a server that never answers", ctxTimeout, i)
+			}
+			if n := lim.health.failures.Load(); n > 0 {
+				t.Fatalf("ContextTimeoutEnabled %v, call %d (%v): a caller past its own context's deadline counted %d failure(s) against Redis's health", ctxTimeout, i, err, n)
+			}
 		}
-		if n := lim.health.failures.Load(); n > 0 {
-			t.Fatalf("call %d (%v): a caller past its own context's deadline counted %d failure(s) against Redis's health", i, err, n)
-		}
+		c.Close()
 	}
 }
