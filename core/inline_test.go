@@ -162,12 +162,8 @@ func TestNoScriptThroughAWrappingHook(t *testing.T) {
 // ends before the limiter's timeout is still answered at its context's
 // deadline.
 func TestLoneCallerOnDefaultClientSendsInline(t *testing.T) {
-	c := redis.NewClient(redistest.Options(t))
-	defer c.Close()
 	count := &countScripts{}
-	c.AddHook(count)
-	lim := newOn(t, c, GCRA, PerHour(100), WithPrefix(fmt.Sprintf("lone-default-%d", time.Now().UnixNano())))
-	loadScript(t, c)
+	c, lim := newHooked(t, count, "lone-default")
 	ctx := context.Background()
 	for i := 1; i <= 3; i++ {
 		if r, err := lim.Allow(ctx, "k"); err != nil || r.Remaining != 100-i {
@@ -294,12 +290,8 @@ func (h *retainCmds) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // not panic and gives its own call's answer. (Its arguments are reused
 // once the call returns: see failure-modes.md.)
 func TestHookKeepsALoneCallersCommand(t *testing.T) {
-	c := redis.NewClient(redistest.Options(t))
-	defer c.Close()
 	h := &retainCmds{}
-	c.AddHook(h)
-	lim := newOn(t, c, GCRA, PerHour(100), WithPrefix(fmt.Sprintf("lone-retain-%d", time.Now().UnixNano())))
-	loadScript(t, c)
+	_, lim := newHooked(t, h, "lone-retain")
 	ctx := context.Background()
 	for i := 0; i < 3; i++ {
 		if _, err := lim.Allow(ctx, fmt.Sprintf("k%d", i)); err != nil {
@@ -326,4 +318,15 @@ func TestHookKeepsALoneCallersCommand(t *testing.T) {
 			}
 		}()
 	}
+}
+
+// newHooked returns a default client with hook added, and a GCRA limiter
+// of 100 per hour on it under prefix, the scripts loaded.
+func newHooked(t *testing.T, hook redis.Hook, prefix string) (*redis.Client, *Limiter) {
+	c := redis.NewClient(redistest.Options(t))
+	t.Cleanup(func() { c.Close() })
+	c.AddHook(hook)
+	lim := newOn(t, c, GCRA, PerHour(100), WithPrefix(fmt.Sprintf("%s-%d", prefix, time.Now().UnixNano())))
+	loadScript(t, c)
+	return c, lim
 }
