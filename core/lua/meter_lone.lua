@@ -3,8 +3,8 @@
 -- policy.lua. It decides the requests of a call of one meter rule that
 -- does not bound its delay (GCRA, TokenBucket, LeakyBucket without
 -- core.WithMaxDelay) and whose emission interval is a whole number of
--- ticks (b a multiple of a, as for 10 per second), so that the TAT is
--- always one whole number: meter's common case, written out here in the
+-- ticks (as for 10 per second), so that the TAT is always one whole
+-- number: meter's common case, written out here in the
 -- main chunk, with no function made or called for it. lone, written by
 -- the client just before this file, is true when the call's one rule is
 -- a meter (see core/script.go).
@@ -24,11 +24,20 @@
 -- cell_ttl are written out here, as is the parameter d (compared as the
 -- string it is: -2 or -1, no delay bound). The loop spares Redis about a
 -- sixth of a lone GCRA call's work and a Lua call per request of a batch.
+--
+-- The emission interval b/a is whole exactly when a, the units per tick,
+-- is 1: core/compile.go divides a and b by their greatest common divisor.
+-- So a is compared as the string it is, and the loop's units are ticks
+-- (debt = wait, ceildiv(x, a) = x), as is tick when it is 1 (a number
+-- made from a string costs Redis a strtod, about 650 instructions).
 if lone then
-  local tick, p = ARGV[off + 3] + 0, ARGV[off + 7]
-  local rate, event, cap = ARGV[off + 4] + 0, ARGV[off + 5] + 0, ARGV[off + 6] + 0
-  if (p == '-2' or p == '-1') and event % rate == 0 then
-    local cell = ARGV[off + 8] + 0
+  local p = ARGV[off + 7]
+  if (p == '-2' or p == '-1') and ARGV[off + 4] == '1' then
+    local tick = 1
+    if ARGV[off + 3] ~= '1' then
+      tick = ARGV[off + 3] + 0
+    end
+    local event, cap, cell = ARGV[off + 5] + 0, ARGV[off + 6] + 0, ARGV[off + 8] + 0
     local now = (now_us - now_us % tick) / tick -- idiv(now_us, tick)
     local shapes = p == '-1'
     while d <= count do
@@ -52,7 +61,7 @@ if lone then
         end
         if was > now then
           wait = was - now
-          debt = wait * rate
+          debt = wait
           if debt > cap then
             break
           end
@@ -63,12 +72,7 @@ if lone then
       avail = (avail - avail % event) / event -- idiv(cap - debt, event)
       local h, reset, extra
       if debt + need > cap then
-        local over = debt + need - cap
-        local r = over % rate
-        local retry = (over - r) / rate -- ceildiv(over, rate)
-        if r ~= 0 then
-          retry = retry + 1
-        end
+        local retry = debt + need - cap -- ceildiv(debt + need - cap, a)
         h, reset, extra = avail * 4, wait * tick, retry * tick
       else
         extra = 0
@@ -76,7 +80,7 @@ if lone then
           extra = wait * tick -- the delay
         end
         if consume then
-          local whole = (debt + need) / rate
+          local whole = debt + need
           local tat = now + whole
           local end_ = tat - tat % cell + cell -- cell_ttl(was, tat, now, cell)
           local e
