@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -103,5 +104,81 @@ func TestTimeoutNamingAClosedConnectionCounts(t *testing.T) {
 	}
 	if lim.Health() != Unhealthy {
 		t.Errorf("after a closed connection (%v) and 10 timeouts (the last: %v), the limiter is %v; want unhealthy", first, last, lim.Health())
+	}
+}
+
+// failScripts is a go-redis hook that fails every script call, alone or
+// in a pipeline, while on is set.
+type failScripts struct{ on atomic.Bool }
+
+func (h *failScripts) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *failScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if name := strings.ToLower(cmd.Name()); h.on.Load() && (name == "evalsha" || name == "eval") {
+			return errors.New("boom")
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *failScripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.on.Load() {
+			err := errors.New("boom")
+			for _, c := range cmds {
+				c.SetErr(err)
+			}
+			return err
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// A lone caller's own call counts, as a flusher's batch does, in what a
+// timeout names as its cause: its answer forgets the failures before it,
+// and its failure is remembered. Lone callers sent their own calls and did
+// neither, so once they did on default clients too (the common setup), a
+// timeout named a batch's failure long since answered over.
+func TestTimeoutCauseFollowsLoneCalls(t *testing.T) {
+	for _, ctxTimeout := range []bool{false, true} {
+		p := redistest.StartProxy(t, redistest.Options(t).Addr)
+		c := redis.NewClient(&redis.Options{Addr: p.Addr, ContextTimeoutEnabled: ctxTimeout})
+		h := &failScripts{}
+		c.AddHook(h)
+		lim := newOn(t, c, GCRA, PerHour(1000), WithTimeout(200*time.Millisecond), WithHealthCheck(0, 0),
+			WithPrefix(fmt.Sprintf("cause-lone-%d", time.Now().UnixNano())))
+		b := lim.batch
+		loadScript(t, c)
+		ctx := context.Background()
+		silent := func(what string, boom bool) {
+			t.Helper()
+			p.Delay(5 * time.Second)
+			_, err := lim.Allow(ctx, "k")
+			p.Delay(0)
+			if !errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "boom") != boom {
+				t.Errorf("ContextTimeoutEnabled %v, a timeout %s: %v; want DeadlineExceeded, naming the failure: %v", ctxTimeout, what, err, boom)
+			}
+		}
+		// A batch fails (the lone caller's call handed to a flusher).
+		inline, bounded := b.inline, b.bounded
+		b.inline, b.bounded = false, nil
+		h.on.Store(true)
+		if _, err := lim.Allow(ctx, "k"); err == nil || !strings.Contains(err.Error(), "boom") {
+			t.Fatalf("ContextTimeoutEnabled %v, a failing batch: %v", ctxTimeout, err)
+		}
+		h.on.Store(false)
+		b.inline, b.bounded = inline, bounded
+		for i := 0; i < 3; i++ {
+			if _, err := lim.Allow(ctx, "k"); err != nil {
+				t.Fatalf("ContextTimeoutEnabled %v: %v", ctxTimeout, err)
+			}
+		}
+		silent("after three answered lone calls", false)
+		h.on.Store(true)
+		if _, err := lim.Allow(ctx, "k"); err == nil || !strings.Contains(err.Error(), "boom") {
+			t.Fatalf("ContextTimeoutEnabled %v, a failing lone call: %v", ctxTimeout, err)
+		}
+		h.on.Store(false)
+		silent("right after a lone call failed", true)
+		c.Close()
 	}
 }

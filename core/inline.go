@@ -14,6 +14,7 @@ func (b *batcher) sendInline(c *call, bounded *redis.Client) (bool, error) {
 	ctx := &c.ctx
 	ctx.arm(c.deadline)
 	defer ctx.disarm()
+	var err error // the call's own failure, as a batch's (see answer)
 	switch c.kind {
 	case callScript:
 		one := [1]*call{c}
@@ -40,13 +41,23 @@ func (b *batcher) sendInline(c *call, bounded *redis.Client) (bool, error) {
 		clear(args)
 		c.scratch = args[:0]
 		var reply []int64
-		if reply, c.err = cmd.Result(); c.err == nil {
+		if reply, err = cmd.Result(); err == nil {
 			c.res, _, c.err = parseReply(reply, b.rules, c.res[:0])
+		} else {
+			c.err = err
 		}
 	case callDel:
-		c.err = b.client.Del(ctx, keyStrings(c.keys)...).Err()
+		err = b.client.Del(ctx, keyStrings(c.keys)...).Err()
+		c.err = err
 	case callProbe:
-		c.err = b.client.Set(ctx, keyStrings(c.keys)[0], "1", time.Second).Err()
+		err = b.client.Set(ctx, keyStrings(c.keys)[0], "1", time.Second).Err()
+		c.err = err
+	}
+	// What a timeout names as its cause follows lone calls too.
+	if err != nil {
+		b.failed.note(err)
+	} else {
+		b.failed.clear()
 	}
 	b.mu.Lock()
 	start := len(b.pending) > 0
