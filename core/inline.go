@@ -83,8 +83,8 @@ func (b *batcher) sendInline(c *call, bounded *redis.Client) (bool, error) {
 // pool and enforces context deadlines: go-redis ends every read and write
 // of the call (a new connection's handshake too) at the call's deadline,
 // as on a client with ContextTimeoutEnabled. A hook added to the client
-// after the limiter was made sits inside sluice's and is passed over by
-// such a call.
+// after its first limiter was made (and sluice's hook with it) sits inside
+// sluice's and is passed over by such a call.
 
 // boundedCmd is a script call that the innermost hook sends on via.
 type boundedCmd struct {
@@ -106,9 +106,10 @@ type boundedCmd struct {
 // hooks (sluice's hook on c sends the call on it: see boundedCmd). Its
 // own Options, a clone of c's that nothing else holds, get c's read and
 // write timeouts back and ContextTimeoutEnabled before its first use;
-// go-redis reads them at every command. TestLoneCallerOnDefaultClient
-// SendsInline holds the copy to the call's deadline (a new connection's
-// handshake included) and to c's own read timeout.
+// go-redis reads them at every command: the tests hold the copy to the
+// call's deadline, a new connection's handshake included
+// (TestLoneCallerOnDefaultClientSendsInline), and to c's own read timeout
+// (TestLoneCallerKeepsTheClientsReadTimeout).
 func boundedCopy(c *redis.Client) *redis.Client {
 	opt := c.Options()
 	if opt.ReadTimeout < 0 || opt.WriteTimeout < 0 || opt.CredentialsProvider != nil || opt.StreamingCredentialsProvider != nil {

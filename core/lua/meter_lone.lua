@@ -4,10 +4,10 @@
 -- does not bound its delay (GCRA, TokenBucket, LeakyBucket without
 -- core.WithMaxDelay) and whose emission interval is a whole number of
 -- ticks (as for 10 per second), so that the TAT is always one whole
--- number: meter's common case, written out here in the
--- main chunk, with no function made or called for it. lone, written by
--- the client just before this file, is true when the call's one rule is
--- a meter (see core/script.go).
+-- number: meter's common case, written out here in the main chunk, with
+-- no function made or called for it. lone, written by the client just
+-- before this file, is true when the call's one rule is a meter (see
+-- core/script.go).
 --
 -- It decides each request as meter does, writes as policy.lua's one-rule
 -- loop does when the request consumes and is admitted, and appends its
