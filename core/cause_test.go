@@ -144,14 +144,14 @@ func TestTimeoutCauseFollowsLoneCalls(t *testing.T) {
 		c := redis.NewClient(&redis.Options{Addr: p.Addr, ContextTimeoutEnabled: ctxTimeout})
 		h := &failScripts{}
 		c.AddHook(h)
-		lim := newOn(t, c, GCRA, PerHour(1000), WithTimeout(200*time.Millisecond), WithHealthCheck(0, 0),
+		lim := newOn(t, c, GCRA, PerHour(1000), WithTimeout(time.Second), WithHealthCheck(0, 0),
 			WithPrefix(fmt.Sprintf("cause-lone-%d", time.Now().UnixNano())))
 		b := lim.batch
 		loadScript(t, c)
 		ctx := context.Background()
 		silent := func(what string, boom bool) {
 			t.Helper()
-			p.Delay(5 * time.Second)
+			p.Delay(10 * time.Second)
 			_, err := lim.Allow(ctx, "k")
 			p.Delay(0)
 			if !errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "boom") != boom {

@@ -249,18 +249,18 @@ func TestLoneCallerHandsOffWhenTheCopyCannotEndTheCall(t *testing.T) {
 // shorter than a reply takes does not become its read timeout.
 func TestLoneCallerKeepsTheClientsReadTimeout(t *testing.T) {
 	p := redistest.StartProxy(t, redistest.Options(t).Addr)
-	c := redis.NewClient(&redis.Options{Addr: p.Addr, WriteTimeout: 10 * time.Millisecond, ReadTimeout: 3 * time.Second})
+	c := redis.NewClient(&redis.Options{Addr: p.Addr, WriteTimeout: 100 * time.Millisecond, ReadTimeout: 10 * time.Second})
 	defer c.Close()
-	lim := newOn(t, c, GCRA, PerHour(100), WithTimeout(time.Second), WithHealthCheck(0, 0),
+	lim := newOn(t, c, GCRA, PerHour(100), WithTimeout(5*time.Second), WithHealthCheck(0, 0),
 		WithPrefix(fmt.Sprintf("lone-readtimeout-%d", time.Now().UnixNano())))
 	ctx := context.Background()
 	if _, err := lim.Allow(ctx, "warm"); err != nil {
 		t.Fatal(err)
 	}
-	p.Delay(30 * time.Millisecond)
-	for i := 0; i < 3; i++ {
+	p.Delay(300 * time.Millisecond)
+	for i := 0; i < 2; i++ {
 		if _, err := lim.Allow(ctx, "k"); err != nil {
-			t.Errorf("decision %d, replies 30ms late, a 3s read timeout, a 10ms write timeout and a 1s timeout: %v", i, err)
+			t.Errorf("decision %d, replies 300ms late, a 10s read timeout, a 100ms write timeout and a 5s timeout: %v", i, err)
 		}
 	}
 }
