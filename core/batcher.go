@@ -123,8 +123,8 @@ func newBatcher(client redis.UniversalClient, script *luaScript, rules int, rule
 	switch c := client.(type) {
 	case *redis.Client:
 		b.grouping = groupAll
-		if !b.inline && b.failed.dials != nil { // the hook that sends on the copy
-			b.bounded = boundedCopy(c)
+		if !b.inline {
+			b.bounded = boundedCopy(c) // sent on by watchDials's hook
 		}
 	case *redis.ClusterClient:
 		b.grouping, b.cluster = groupNode, c
@@ -150,29 +150,6 @@ func poolSize(client redis.UniversalClient) int {
 	}
 	return n
 }
-
-// enforcesDeadlines reports whether go-redis itself ends a command at its
-// context's deadline.
-func enforcesDeadlines(client redis.UniversalClient) bool {
-	switch c := client.(type) {
-	case *redis.Client:
-		return c.Options().ContextTimeoutEnabled
-	case *redis.ClusterClient:
-		return c.Options().ContextTimeoutEnabled
-	case *redis.Ring:
-		return c.Options().ContextTimeoutEnabled
-	}
-	return false
-}
-
-// inlineLag is how late a caller whose context can be canceled may learn
-// of it, when it sends its own call (sendInline): it does only when its
-// deadline is at most inlineLag away, and learns of a cancellation with
-// the answer, or at that deadline. (DefaultTimeout is well within it: a
-// request's lone decision is sent from its own goroutine.) A caller with a
-// later deadline waits on its answer through a flusher, and gives up at
-// once when canceled.
-const inlineLag = time.Second
 
 // do queues c, or sends it itself (sendInline), and waits until it is
 // answered, ctx is done, or timeout has passed (timeout <= 0: no bound but
@@ -202,18 +179,7 @@ func (b *batcher) do(ctx context.Context, timeout time.Duration, c *call) (answe
 		if ok, bounded := b.inlineBound(c.kind); ok {
 			b.active++ // callers arriving meanwhile queue behind this one
 			b.mu.Unlock()
-			answered, err := b.sendInline(c, bounded)
-			if err != nil && (ctx.Err() != nil || timedOutAtOwnDeadline(ctx, c, err)) {
-				// Canceled while its call was out, or out of time at its own
-				// deadline, and not answered: say so as the context does.
-				<-ctx.Done()
-				return answered, ctx.Err()
-			}
-			if timedOut(c, err) {
-				// At the limiter's timeout: say so as the watchdog would.
-				return answered, b.failed.timeout()
-			}
-			return answered, err
+			return true, b.sendInline(ctx, c, bounded)
 		}
 	}
 	b.pending = append(b.pending, c)

@@ -1,16 +1,57 @@
 package core
 
 import (
+	"context"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// sendInline sends c alone from the caller's goroutine, as a plain command
-// (no pipeline): go-redis ends it at c's deadline, on b's client or, with
-// bounded set, on that copy of it (see inlineBound). Then it hands what
-// queued meanwhile to a flusher.
-func (b *batcher) sendInline(c *call, bounded *redis.Client) (bool, error) {
+// enforcesDeadlines reports whether go-redis itself ends a command at its
+// context's deadline.
+func enforcesDeadlines(client redis.UniversalClient) bool {
+	switch c := client.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
+}
+
+// inlineLag is how late a caller whose context can be canceled may learn
+// of it, when it sends its own call (sendInline): it does only when its
+// deadline is at most inlineLag away, and learns of a cancellation with
+// the answer, or at that deadline. (DefaultTimeout is well within it: a
+// request's lone decision is sent from its own goroutine.) A caller with a
+// later deadline waits on its answer through a flusher, and gives up at
+// once when canceled.
+const inlineLag = time.Second
+
+// sendInline sends c alone from its caller's goroutine (see do), as a
+// plain command (no pipeline): go-redis ends it at c's deadline, on b's
+// client or, with bounded set, on that copy of it (see inlineBound). Then
+// it hands what queued meanwhile to a flusher, and returns c's error as do
+// does: ctx's when it was canceled, or ran out of time at its own
+// deadline, while the call was out; the watchdog's at the limiter's
+// timeout.
+func (b *batcher) sendInline(ctx context.Context, c *call, bounded *redis.Client) error {
+	err := b.sendOwn(c, bounded)
+	if err != nil && (ctx.Err() != nil || timedOutAtOwnDeadline(ctx, c, err)) {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	if timedOut(c, err) {
+		return b.failed.timeout()
+	}
+	return err
+}
+
+// sendOwn sends c and reports its error, then gives back the caller's
+// place in active (see sendInline).
+func (b *batcher) sendOwn(c *call, bounded *redis.Client) error {
 	ctx := &c.ctx
 	ctx.arm(c.deadline)
 	defer ctx.disarm()
@@ -71,7 +112,7 @@ func (b *batcher) sendInline(c *call, bounded *redis.Client) (bool, error) {
 	if start {
 		go b.flush()
 	}
-	return true, c.err
+	return c.err
 }
 
 // A default go-redis client (ContextTimeoutEnabled unset) ignores context
