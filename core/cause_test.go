@@ -114,7 +114,7 @@ type failScripts struct{ on atomic.Bool }
 func (h *failScripts) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *failScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if name := strings.ToLower(cmd.Name()); h.on.Load() && (name == "evalsha" || name == "eval") {
+		if h.on.Load() && isScriptCall(cmd) {
 			return errors.New("boom")
 		}
 		return next(ctx, cmd)

@@ -211,6 +211,23 @@ type pipelineOnly struct{}
 func (pipelineOnly) DialHook(next redis.DialHook) redis.DialHook          { return next }
 func (pipelineOnly) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
 
+// commandsOnly is embedded by the tests' go-redis hooks that act on
+// single commands only (a lone caller's call): dialling and pipelines
+// pass through.
+type commandsOnly struct{}
+
+func (commandsOnly) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (commandsOnly) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// isScriptCall reports whether cmd is a script call (EVALSHA, or EVAL
+// after NOSCRIPT).
+func isScriptCall(cmd redis.Cmder) bool {
+	name := strings.ToLower(cmd.Name())
+	return name == "evalsha" || name == "eval"
+}
+
 // restartUntilHealthy restarts srv and waits until the health hook feeding
 // changed reports Healthy.
 func restartUntilHealthy(t *testing.T, srv *redistest.Server, changed <-chan Health) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -60,21 +59,18 @@ func TestInlineSend(t *testing.T) {
 
 // countScripts is a go-redis hook counting the script calls sent as single
 // commands (the inline path).
-type countScripts struct{ n atomic.Int32 }
-
-func (h *countScripts) DialHook(next redis.DialHook) redis.DialHook { return next }
+type countScripts struct {
+	commandsOnly
+	n atomic.Int32
+}
 
 func (h *countScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if name := strings.ToLower(cmd.Name()); name == "evalsha" || name == "eval" {
+		if isScriptCall(cmd) {
 			h.n.Add(1)
 		}
 		return next(ctx, cmd)
 	}
-}
-
-func (h *countScripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
 }
 
 // The inline path keeps to maxSends as the batched resend does: after
@@ -268,11 +264,11 @@ func TestLoneCallerKeepsTheClientsReadTimeout(t *testing.T) {
 // retainCmds is a go-redis hook that keeps the commands it saw, to read
 // them later, as an asynchronous exporter does.
 type retainCmds struct {
+	commandsOnly
 	mu   sync.Mutex
 	cmds []redis.Cmder
 }
 
-func (h *retainCmds) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *retainCmds) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
@@ -281,9 +277,6 @@ func (h *retainCmds) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		h.mu.Unlock()
 		return err
 	}
-}
-func (h *retainCmds) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
 }
 
 // A hook may keep the command a lone caller sent: reading it later does
