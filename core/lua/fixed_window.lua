@@ -43,9 +43,10 @@
 -- the window w of time now (0: x counts w itself; above 0 only when the
 -- clock stepped back, and the key's TTL agrees: see ahead_alive), and x's
 -- count; or nil when x is a past window's, or no window's (a missing key
--- incremented, or a value out of the form's range).
+-- incremented, or a value out of the form's range or not a whole number:
+-- NaN or a fraction, written from outside).
 local function fw_ahead(key, x, now, w, period, tick)
-  if x < 0 or x >= 9007199254740992 then
+  if not (x >= 0 and x < 9007199254740992) or x % 1 ~= 0 then -- (NaN fails every comparison)
     return nil
   end
   local count = x % 4294967296

@@ -69,10 +69,11 @@ local function meter(key, now, rate, event, cap, n, _, maxdelay, cell)
       tat, rem = match(v, '^(%d+):(%d+)$')
       tat, rem = tonumber(tat), tonumber(rem)
     end
-    if tat and tat >= 4503599627370496 then
-      -- 2^52 ticks or more, never written here ("inf", "1e300", written
-      -- from outside, which Lua reads as numbers): no state, not a debt
-      -- that never ends
+    if tat and not (tat < 4503599627370496 and tat % 1 == 0) then
+      -- 2^52 ticks or more, or not a whole number, never written here
+      -- ("inf", "1e300", "nan", "12.5", written from outside, which Lua
+      -- reads as numbers): no state, not a debt that never ends (NaN
+      -- fails every comparison)
       tat, whole_form = nil, nil
     end
     was = tat

@@ -40,9 +40,10 @@
 -- relative to the window w of time now (w - 1, w, or a window ahead), its
 -- previous count and its current count; or nil when x holds no window
 -- within reach (a missing key incremented, a window gone by, a value out
--- of the form's range).
+-- of the form's range or not a whole number: NaN or a fraction, written
+-- from outside).
 local function swc_window(key, x, now, w, period, tick, place, tags)
-  if x < 0 or x >= 9007199254740992 then
+  if not (x >= 0 and x < 9007199254740992) or x % 1 ~= 0 then -- (NaN fails every comparison)
     return nil
   end
   local c = x % place
