@@ -8,7 +8,8 @@
 // and RateLimit headers (curl -i shows them); a denial is a 429 with
 // Retry-After.
 //
-//	GET  /            every route: at most 10 requests in any minute per client IP
+//	GET  /            at most 10 requests in any minute per client IP, shared by
+//	                  every route (after the loop above, the others wait a minute too)
 //	POST /login       stricter: 3 per minute per client IP
 //	GET  /me          per signed-in user: 5 per minute (curl -H 'Authorization: Bearer alice')
 //	GET  /search      a two-rule policy: 2 per second and 100 per day, RFC 9457 denials
