@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/go-chi/chi/v5"
+	chimw "github.com/go-chi/chi/v5/middleware"
 
 	"github.com/sluicehq/sluice/chilimit"
 	"github.com/sluicehq/sluice/core"
@@ -75,43 +76,67 @@ func TestRouteKeyMounting(t *testing.T) {
 	}
 }
 
-func testRouteKeyMounting(t *testing.T, routeKey keyfunc.Func) {
-	rdb := redistest.Client(t)
-	prefix := flowtest.Prefix(t)
-	var mu sync.Mutex
-	var keys []string
+// routeKeys makes limiters (GCRA, never reached) whose key is routeKey,
+// each recording the key it sees, and checks the keys the limiters on a
+// request's way saw, in order.
+type routeKeys struct {
+	t        *testing.T
+	routeKey keyfunc.Func
+	prefix   string
+	mu       sync.Mutex
+	keys     []string
+}
+
+func newRouteKeys(t *testing.T, routeKey keyfunc.Func) *routeKeys {
+	return &routeKeys{t: t, routeKey: routeKey, prefix: flowtest.Prefix(t)}
+}
+
+// limit returns a limiter that records its key.
+func (k *routeKeys) limit(name string) middleware {
 	record := func(r *http.Request) (string, error) {
-		k, err := routeKey(r)
+		key, err := k.routeKey(r)
 		if err != nil {
-			k = err.Error()
+			key = err.Error()
 		}
-		mu.Lock()
-		keys = append(keys, k)
-		mu.Unlock()
-		return k, err
+		k.mu.Lock()
+		k.keys = append(k.keys, key)
+		k.mu.Unlock()
+		return key, err
 	}
-	limit := func(name string) middleware {
-		return chilimit.GCRA(rdb, core.PerMinute(100), chilimit.WithPrefix(prefix+name),
-			chilimit.WithKey(record), chilimit.WithTimeout(flowtest.Timeout))
+	return chilimit.GCRA(redistest.Client(k.t), core.PerMinute(100), chilimit.WithPrefix(k.prefix+name),
+		chilimit.WithKey(record), chilimit.WithTimeout(flowtest.Timeout))
+}
+
+// check serves method path on h and compares the keys seen with want.
+func (k *routeKeys) check(h http.Handler, method, path string, want ...string) {
+	k.t.Helper()
+	k.keys = nil
+	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(method, path, nil))
+	if strings.Join(k.keys, ",") != strings.Join(want, ",") {
+		k.t.Errorf("%s %s: keys %q, want %q", method, path, k.keys, want)
 	}
+}
+
+func testRouteKeyMounting(t *testing.T, routeKey keyfunc.Func) {
+	k := newRouteKeys(t, routeKey)
 	handle := func(mw middleware) http.Handler { return mw(http.HandlerFunc(ok)) }
 
 	r := chi.NewRouter()
-	r.Use(limit("root"))
+	r.Use(k.limit("root"))
 	r.Get("/", ok)
 	r.Route("/api", func(r chi.Router) {
-		r.Use(limit("api"))
+		r.Use(k.limit("api"))
 		r.Get("/users/{id}", ok)
 		r.Route("/orgs/{org}", func(r chi.Router) {
 			r.Get("/projects/{project}", ok)
 		})
 	})
 	r.Group(func(r chi.Router) {
-		r.Use(limit("group"))
+		r.Use(k.limit("group"))
 		r.Get("/group/{id}", ok)
 	})
-	r.With(limit("with")).Post("/login", ok)
-	r.Method("GET", "/handler/{id}", handle(limit("handler")))
+	r.With(k.limit("with")).Post("/login", ok)
+	r.Method("GET", "/handler/{id}", handle(k.limit("handler")))
 	sub := chi.NewRouter()
 	sub.Get("/files/*", ok)
 	r.Mount("/static", sub)
@@ -131,12 +156,60 @@ func testRouteKeyMounting(t *testing.T, routeKey keyfunc.Func) {
 		{"XYZ1", "/missing", []string{"route:(no route)"}},
 		{"XYZ2", "/api/users/7", []string{"route:(no route)"}}, // a made-up method matches no route
 	} {
-		keys = nil
-		rec := httptest.NewRecorder()
-		r.ServeHTTP(rec, httptest.NewRequest(c.method, c.path, nil))
-		if strings.Join(keys, ",") != strings.Join(c.want, ",") {
-			t.Errorf("%s %s: keys %q, want %q", c.method, c.path, keys, c.want)
-		}
+		k.check(r, c.method, c.path, c.want...)
+	}
+}
+
+// TestRouteKeyFollowsChisRouting: a middleware before routing may change
+// the path and method chi routes by (middleware.StripSlashes and
+// CleanPath the path, GetHead a HEAD to GET); wherever the limiter is
+// mounted, the key is the route chi chooses, so that one route has one
+// key however its requests are written.
+func TestRouteKeyFollowsChisRouting(t *testing.T) {
+	for _, kf := range []struct {
+		name string
+		f    keyfunc.Func
+	}{
+		{"chilimit.RouteKey", chilimit.RouteKey()},
+		{"keyfunc.Route", keyfunc.Route()},
+	} {
+		t.Run(kf.name, func(t *testing.T) {
+			k := newRouteKeys(t, kf.f)
+			r := chi.NewRouter()
+			r.Use(chimw.StripSlashes, chimw.CleanPath, chimw.GetHead)
+			r.Use(k.limit("root"))
+			r.Route("/api", func(r chi.Router) {
+				r.Use(k.limit("api"))
+				r.Get("/items/{id}", ok)
+				r.With(k.limit("with")).Get("/things/{id}", ok)
+				r.Route("/orgs/{org}", func(r chi.Router) {
+					r.Use(k.limit("org"))
+					r.Get("/projects/{project}", ok)
+				})
+			})
+			r.With(k.limit("rootwith")).Get("/login/{x}", ok)
+
+			items := "route:GET /api/items/{id}"
+			things := "route:GET /api/things/{id}"
+			projects := "route:GET /api/orgs/{org}/projects/{project}"
+			login := "route:GET /login/{x}"
+			for _, path := range []string{"/api/items/5", "/api/items/5/", "/api//items/5"} {
+				k.check(r, "GET", path, items, items)
+				k.check(r, "HEAD", path, items, items)
+			}
+			for _, path := range []string{"/api/things/5", "/api/things/5/", "/api//things/5"} {
+				k.check(r, "GET", path, things, things, things)
+				k.check(r, "HEAD", path, things, things, things)
+			}
+			for _, path := range []string{"/api/orgs/a/projects/b", "/api/orgs/a/projects/b/", "/api/orgs//a/projects/b"} {
+				k.check(r, "GET", path, projects, projects, projects)
+				k.check(r, "HEAD", path, projects, projects, projects)
+			}
+			for _, path := range []string{"/login/x", "/login/x/", "//login/x"} {
+				k.check(r, "GET", path, login, login)
+				k.check(r, "HEAD", path, login, login)
+			}
+		})
 	}
 }
 

@@ -2,6 +2,7 @@ package chilimit
 
 import (
 	"net/http"
+	"strings"
 	"sync"
 
 	"github.com/go-chi/chi/v5"
@@ -17,11 +18,12 @@ import (
 //
 // Chi completes a request's RoutePattern only after routing, but a
 // middleware mounted with r.Use runs before routing. RouteKey therefore
-// does not read the pattern built so far: it looks the request up in the
-// root router (chi's Routes.Find, which descends into mounted sub-routers)
-// and gets the full pattern wherever the middleware is mounted: r.Use on the
-// root router, r.Use inside r.Route or r.Group, r.With, or around a single
-// handler. Requests that match no route share one key, "route:(no route)",
+// does not read the pattern built so far: it looks the request up as chi
+// routes it (by the path and method a middleware before it may have
+// rewritten, such as StripSlashes or GetHead, from the sub-router chi has
+// reached) and gets the full pattern wherever the middleware is mounted:
+// r.Use on the root router, r.Use inside r.Route or r.Group, r.With, or
+// around a single handler. Requests that match no route share one key, "route:(no route)",
 // and a method other than the standard ones counts as "OTHER". Outside a
 // chi router there is no pattern: a key error (keyfunc.ErrNoKey), handled by
 // the key-error policy (see WithKey).
@@ -42,27 +44,40 @@ func pattern(r *http.Request) string {
 // request up does not allocate one every time.
 var findContexts = sync.Pool{New: func() any { return chi.NewRouteContext() }}
 
-// find looks r up in the root chi router: the method it is routed by and
-// the full route pattern it matches, "" when it matches none. ok is false
+// find looks r up as chi routes it: the method it is routed by and the
+// full route pattern it matches, "" when it matches none. ok is false
 // outside a chi router. It allocates only to join the patterns of mounted
 // sub-routers.
+//
+// Chi routes by rctx.RouteMethod and rctx.RoutePath when they are set: a
+// middleware before routing may set them (GetHead routes a HEAD as a GET,
+// StripSlashes and CleanPath rewrite the path), the root router sets the
+// method, and each mount leaves its sub-router the rest of the path. So
+// find follows the mounts chi has passed (rctx.RoutePatterns) from the
+// root router to the one that routes next, and looks up there what is
+// left of the path, as chi will. When chi has already chosen the route
+// (r.With, a handler wrapped by the middleware), its pattern is whole.
 func find(r *http.Request) (method, pattern string, ok bool) {
 	rctx := chi.RouteContext(r.Context())
 	if rctx == nil || rctx.Routes == nil {
 		return "", "", false
 	}
-	method, path := r.Method, r.URL.RawPath
-	if path == "" {
-		path = r.URL.Path
+	method = r.Method
+	if rctx.RouteMethod != "" {
+		method = rctx.RouteMethod
 	}
-	if len(rctx.RoutePatterns) == 0 {
-		// Still in the root router, before routing: honour the routing
-		// path and method that an earlier middleware may have set.
-		if rctx.RoutePath != "" {
-			path = rctx.RoutePath
+	routes := rctx.Routes
+	for _, p := range rctx.RoutePatterns {
+		sub := mounted(routes, p)
+		if sub == nil { // a route: chi has chosen it
+			return method, rctx.RoutePattern(), true
 		}
-		if rctx.RouteMethod != "" {
-			method = rctx.RouteMethod
+		routes = sub
+	}
+	path := rctx.RoutePath
+	if path == "" {
+		if path = r.URL.RawPath; path == "" {
+			path = r.URL.Path
 		}
 	}
 	if path == "" {
@@ -70,10 +85,76 @@ func find(r *http.Request) (method, pattern string, ok bool) {
 	}
 	fctx := findContexts.Get().(*chi.Context)
 	fctx.Reset()
-	pattern = rctx.Routes.Find(fctx, method, path)
+	pattern = routes.Find(fctx, method, path)
 	fctx.Reset() // drop the references to this request's path values
 	findContexts.Put(fctx)
-	return method, pattern, true
+	if pattern == "" || len(rctx.RoutePatterns) == 0 {
+		return method, pattern, true
+	}
+	// The mounts' patterns before it, as chi's Find joins them.
+	n := len(pattern)
+	for _, p := range rctx.RoutePatterns {
+		n += len(strings.TrimSuffix(p, "/*"))
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for _, p := range rctx.RoutePatterns {
+		b.WriteString(strings.TrimSuffix(p, "/*"))
+	}
+	b.WriteString(pattern)
+	return method, b.String(), true
+}
+
+// mountKey names the route of pattern in a chi router.
+type mountKey struct {
+	in      *chi.Mux
+	pattern string
+}
+
+// mountedRoutes caches mounted for chi's own routers: what a router mounts
+// at one of its patterns never changes (chi refuses a second Mount at a
+// pattern, and a route cannot become a mount), and listing a router's
+// routes, as mounted must, allocates for each of them. Up to maxMounted
+// entries, so that routers made and dropped (as in tests) are not kept
+// without bound; past it, mounted lists the routes every time.
+var mountedRoutes struct {
+	sync.RWMutex
+	m map[mountKey]chi.Routes
+}
+
+const maxMounted = 4096
+
+// mounted returns the router mounted at pattern in the router in, or nil
+// when pattern is one of its routes (or none of its patterns).
+func mounted(in chi.Routes, pattern string) chi.Routes {
+	mux, cache := in.(*chi.Mux)
+	k := mountKey{mux, pattern}
+	if cache {
+		mountedRoutes.RLock()
+		sub, ok := mountedRoutes.m[k]
+		mountedRoutes.RUnlock()
+		if ok {
+			return sub
+		}
+	}
+	var sub chi.Routes
+	for _, rt := range in.Routes() {
+		if rt.Pattern == pattern {
+			sub = rt.SubRoutes
+			break
+		}
+	}
+	if cache {
+		mountedRoutes.Lock()
+		if mountedRoutes.m == nil {
+			mountedRoutes.m = make(map[mountKey]chi.Routes)
+		}
+		if len(mountedRoutes.m) < maxMounted {
+			mountedRoutes.m[k] = sub
+		}
+		mountedRoutes.Unlock()
+	}
+	return sub
 }
 
 // setPattern sets r.Pattern to r's full chi route pattern, or

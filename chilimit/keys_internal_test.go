@@ -47,3 +47,26 @@ func BenchmarkSetPattern(b *testing.B) {
 		r.Pattern = setPattern(r)
 	}
 }
+
+// TestSetPatternInSubRouterAllocations: in a sub-router, the lookup
+// allocates only the joined pattern.
+func TestSetPatternInSubRouterAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector changes allocation counts (sync.Pool drops items)")
+	}
+	mux := chi.NewRouter()
+	var r *http.Request
+	mux.Route("/api", func(sub chi.Router) {
+		sub.Use(func(http.Handler) http.Handler {
+			return http.HandlerFunc(func(_ http.ResponseWriter, req *http.Request) { r = req })
+		})
+		sub.Get("/users/{id}", func(http.ResponseWriter, *http.Request) {})
+	})
+	mux.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/api/users/7", nil))
+	if setPattern(r); r.Pattern != "/api/users/{id}" {
+		t.Fatalf("Pattern %q", r.Pattern)
+	}
+	if n := testing.AllocsPerRun(100, func() { r.Pattern = setPattern(r) }); n != 1 {
+		t.Errorf("%v allocations per request; want 1", n)
+	}
+}
