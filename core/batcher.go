@@ -132,6 +132,19 @@ func newBatcher(client redis.UniversalClient, script *luaScript, rules int, rule
 	return b
 }
 
+// reloadSlots asks a cluster client to reload its slot map, in the
+// background (go-redis runs one reload at a time, at most one every
+// 200ms): called when a decision or the health probe fails for want of
+// Redis. A master that is down refuses connections rather than answering
+// MOVED, and go-redis otherwise reloads the map only once a minute
+// (ClusterStateReloadInterval): decisions bound for its slots would go on
+// failing long after its replica has taken over.
+func (b *batcher) reloadSlots() {
+	if b.cluster != nil {
+		b.cluster.ReloadState(context.Background())
+	}
+}
+
 // poolSize returns how many connections client keeps per server: as many
 // sends as may be stalled at once, each on a connection of its own (see
 // room).

@@ -742,3 +742,61 @@ func changeWindowCounts(t *testing.T, cl *redistest.Cluster, cc *redis.ClusterCl
 	}
 	return counts
 }
+
+// TestClusterFollowsAKilledMaster: a limiter's client knows the cluster's
+// slot map from before a master is killed; once the cluster has promoted
+// its replica, decisions on that shard's keys reach the new master again
+// within moments, not after go-redis's periodic reload a minute on. (go-redis reloads a cluster's slot map on MOVED and ASK,
+// and otherwise once a minute: a master that refuses connections answers
+// neither, so sluice asks for a reload when a decision or the health
+// probe fails.) A key of a live master decides throughout, but with the
+// health check on, while the killed master's decisions fail, so may it.
+func TestClusterFollowsAKilledMaster(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	ctx := context.Background()
+	shards, err := cl.Shards(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := shards[0]
+	master, replica := sh.Master, sh.Replicas[0]
+	if err := cl.WaitReplicaKnown(ctx, replica); err != nil {
+		t.Fatal(err)
+	}
+	keys, _ := changeKeys(sh.Owns, 1, 1) // one of the killed master's, one of another
+	// At the default timeout (the tests raise it), not waiting out
+	// go-redis's dials to the dead master.
+	lim, err := core.New(cl.Client(t), core.GCRA, core.PerSecond(1000), core.WithTimeout(core.DefaultTimeout),
+		core.WithPrefix(fmt.Sprintf("killed-%d", time.Now().UnixNano())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lim.Close()
+	for _, k := range keys {
+		if _, err := lim.Allow(ctx, k); err != nil {
+			t.Fatalf("before the kill, %s: %v", k, err)
+		}
+	}
+	if err := cl.Kill(master); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.WaitPromoted(ctx, replica, changeSlotOf(sh)); err != nil {
+		t.Fatalf("failover of %s to %s: %v", master, replica, err)
+	}
+	promoted := time.Now()
+	const within = 15 * time.Second // go-redis's own reload comes after a minute
+	for _, k := range keys {
+		var err error
+		for {
+			if _, err = lim.Allow(ctx, k); err == nil || time.Since(promoted) > within {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if err != nil {
+			t.Errorf("%s still fails %v after %s was promoted: %v", k, within, replica, err)
+		} else {
+			t.Logf("%s decides again %v after the promotion", k, time.Since(promoted).Round(time.Millisecond))
+		}
+	}
+}

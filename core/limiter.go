@@ -305,10 +305,13 @@ func (l *Limiter) probe(ctx context.Context) error {
 	c := getCall(callProbe) // not put back: see Reset
 	c.keys = append(c.keys[:0], keyArg{b: []byte(l.probeKey)})
 	_, err := l.batch.do(ctx, 0, c)
-	if err != nil {
-		return err
+	if err == nil {
+		err = c.err
 	}
-	return c.err
+	if err != nil {
+		l.batch.reloadSlots() // the probe key's master may be down: see reloadSlots
+	}
+	return err
 }
 
 // decide asks Redis, or the failure mode when Redis cannot be asked.
@@ -337,6 +340,7 @@ func (l *Limiter) decide(ctx context.Context, key string, consume bool, n int) (
 	}
 	if availability(err) {
 		l.health.failure(err)
+		l.batch.reloadSlots()
 	}
 	return l.fallback(key, consume, n, err)
 }
