@@ -48,15 +48,14 @@ var ErrCostExceedsLimit = errors.New("sluice: cost exceeds limit")
 // consecutive failures it stops asking Redis until a background probe finds
 // it answering again (see WithHealthCheck).
 type Limiter struct {
-	rules   []compiledRule
-	prefix  string
-	fp      string // fingerprint of the rules, part of every key
-	opts    options
-	health  health
-	masters *masterHealth // on a Redis Cluster with the health check on: see masterHealth
-	local   *Local        // the twin, for FailLocal
-	batch   *batcher
-	denied  *denyCache // nil unless WithDenyCache
+	rules  []compiledRule
+	prefix string
+	fp     string // fingerprint of the rules, part of every key
+	opts   options
+	health health
+	local  *Local // the twin, for FailLocal
+	batch  *batcher
+	denied *denyCache // nil unless WithDenyCache
 
 	suffixes []string // per rule: "}:<fingerprint>:<index>", the end of its Redis key
 	probeKey string   // written by the health probe: see probe
@@ -113,9 +112,12 @@ func NewPolicy(client redis.UniversalClient, rules []Rule, opts ...Option) (*Lim
 		return nil, err
 	}
 	l := &Limiter{rules: compiled, prefix: o.prefix, fp: fingerprint(compiled), opts: o, batch: newBatcher(client, scriptFor(compiled), len(compiled), ruleArgs(compiled))}
-	l.initHealth(&l.health, l.probe, o.onHealth)
-	if cc, ok := client.(*redis.ClusterClient); ok && o.failures > 0 {
-		l.masters = &masterHealth{l: l, cluster: cc}
+	l.health = health{
+		threshold:  o.failures,
+		maxBackoff: o.maxBackoff,
+		hook:       o.onHealth,
+		probe:      l.probe,
+		stop:       make(chan struct{}),
 	}
 	for i := range compiled {
 		l.suffixes = append(l.suffixes, "}:"+l.fp+":"+strconv.Itoa(i))
@@ -130,19 +132,6 @@ func NewPolicy(client redis.UniversalClient, rules []Rule, opts ...Option) (*Lim
 		l.local = &Local{rules: compiled, keys: make(map[string][]localState), limit: DefaultLocalKeys}
 	}
 	return l, nil
-}
-
-// initHealth sets h up as a breaker of the limiter's, with probe and hook.
-func (l *Limiter) initHealth(h *health, probe func(context.Context) error, hook func(Health, error)) {
-	h.threshold, h.maxBackoff = l.opts.failures, l.opts.maxBackoff
-	h.probe, h.hook = probe, hook
-	h.stop = make(chan struct{})
-}
-
-// slotProbeKey is the key the probe of a Redis Cluster master's breaker
-// writes (see masterHealth): one of slot, like probeKey otherwise.
-func (l *Limiter) slotProbeKey(slot int) string {
-	return l.prefix + ":{" + slotKeys()[slot] + "}:#probe:" + l.fp
 }
 
 // isNilClient reports whether client is nil, or a nil pointer of one of
@@ -182,19 +171,13 @@ func (l *Limiter) Rules() []Rule {
 // called more than once.
 func (l *Limiter) Close() error {
 	l.health.close()
-	if l.masters != nil {
-		l.masters.close()
-	}
 	l.batch.close()
 	return nil
 }
 
-// Health reports whether decisions currently go to Redis: Unhealthy
-// while the health check has stopped sending them (see WithHealthCheck).
-// On a Redis Cluster that is while it has for the keys of any master: the
-// other masters' keys still go to Redis.
+// Health reports whether decisions currently go to Redis.
 func (l *Limiter) Health() Health {
-	if l.health.unhealthy() || l.masters != nil && l.masters.unhealthy() {
+	if l.health.unhealthy() {
 		return Unhealthy
 	}
 	return Healthy
@@ -319,13 +302,8 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 // under noeviction (OOM). On a Cluster the write reaches one node only,
 // that of the probe key's slot.
 func (l *Limiter) probe(ctx context.Context) error {
-	return l.probeAt(ctx, l.probeKey)
-}
-
-// probeAt is probe, writing key.
-func (l *Limiter) probeAt(ctx context.Context, key string) error {
 	c := getCall(callProbe) // not put back: see Reset
-	c.keys = append(c.keys[:0], keyArg{b: []byte(key)})
+	c.keys = append(c.keys[:0], keyArg{b: []byte(l.probeKey)})
 	_, err := l.batch.do(ctx, 0, c)
 	if err == nil {
 		err = c.err
@@ -338,16 +316,12 @@ func (l *Limiter) probeAt(ctx context.Context, key string) error {
 
 // decide asks Redis, or the failure mode when Redis cannot be asked.
 func (l *Limiter) decide(ctx context.Context, key string, consume bool, n int) (Result, error) {
-	h := &l.health
-	if l.masters != nil {
-		h = l.masters.of(ctx, clusterSlot(storedKey(key)))
-	}
-	if h.unhealthy() {
-		return l.fallback(key, consume, n, h.err())
+	if l.health.unhealthy() {
+		return l.fallback(key, consume, n, l.health.err())
 	}
 	res, err := l.run(ctx, key, consume, n)
 	if err == nil {
-		h.success()
+		l.health.success()
 		if l.local != nil {
 			l.local.tidy()
 		}
@@ -365,7 +339,7 @@ func (l *Limiter) decide(ctx context.Context, key string, consume bool, n int) (
 		return l.fallback(key, consume && l.local == nil, n, err)
 	}
 	if availability(err) {
-		h.failure(err)
+		l.health.failure(err)
 		l.batch.reloadSlots()
 	}
 	return l.fallback(key, consume, n, err)

@@ -68,18 +68,14 @@ func WithFailureMode(m FailureMode) Option {
 // maxBackoff (default 500ms), until it accepts a write (a SET of a
 // short-lived key under the prefix): a Redis that answers PING but refuses
 // writes (NOREPLICAS, READONLY, OOM) stays unhealthy. failures 0 turns
-// this off: every decision then tries Redis. On a *redis.ClusterClient
-// each master is checked on its own: the decisions of a key answer to the
-// master its slot is on (see Limiter.Health).
+// this off: every decision then tries Redis.
 func WithHealthCheck(failures int, maxBackoff time.Duration) Option {
 	return func(o *options) { o.failures, o.maxBackoff = failures, maxBackoff }
 }
 
 // WithHealthHook calls fn on every change of Redis health, with the error
 // that made it unhealthy (nil when it recovers). fn runs on the goroutine
-// that noticed the change and must not block. On a Redis Cluster it sees
-// the limiter's changes: the first master found unhealthy, the last one
-// to recover.
+// that noticed the change and must not block.
 func WithHealthHook(fn func(Health, error)) Option {
 	return func(o *options) { o.onHealth = fn }
 }
