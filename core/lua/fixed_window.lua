@@ -43,10 +43,11 @@
 -- the window w of time now (0: x counts w itself; above 0 only when the
 -- clock stepped back, and the key's TTL agrees: see ahead_alive), and x's
 -- count; or nil when x is a past window's, or no window's (a missing key
--- incremented, or a value out of the form's range or not a whole number:
--- NaN or a fraction, written from outside).
+-- incremented, or a value out of the form's range, NaN included). x is a
+-- whole number: INCRBY's reply, or a stored value that fixed_window has
+-- found whole (a fraction, written from outside, is no state).
 local function fw_ahead(key, x, now, w, period, tick)
-  if not (x >= 0 and x < 9007199254740992) or x % 1 ~= 0 then -- (NaN fails every comparison)
+  if not (x >= 0 and x < 9007199254740992) then -- (NaN fails every comparison)
     return nil
   end
   local count = x % 4294967296
@@ -69,7 +70,7 @@ local function fixed_window(key, now, rate, period, integer, n, tick)
   local v = call('GET', key)
   if v then
     local x = tonumber(v)
-    if x then
+    if x and x % 1 == 0 then -- (not a fraction: see fw_ahead)
       local ahead, count = fw_ahead(key, x, now, w, period, tick)
       if ahead then
         w, c, keep, incr = w + ahead, count, true, x

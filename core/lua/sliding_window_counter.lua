@@ -40,10 +40,11 @@
 -- relative to the window w of time now (w - 1, w, or a window ahead), its
 -- previous count and its current count; or nil when x holds no window
 -- within reach (a missing key incremented, a window gone by, a value out
--- of the form's range or not a whole number: NaN or a fraction, written
--- from outside).
+-- of the form's range, NaN included). x is a whole number: INCRBY's
+-- reply, or a stored value that sliding_window_counter has found whole (a
+-- fraction, written from outside, is no state).
 local function swc_window(key, x, now, w, period, tick, place, tags)
-  if not (x >= 0 and x < 9007199254740992) or x % 1 ~= 0 then -- (NaN fails every comparison)
+  if not (x >= 0 and x < 9007199254740992) then -- (NaN fails every comparison)
     return nil
   end
   local c = x % place
@@ -115,7 +116,7 @@ local function sliding_window_counter(key, now, rate, period, place, n, tick, ta
   local v = call('GET', key)
   if v then
     local x = place > 0 and tonumber(v)
-    if x then
+    if x and x % 1 == 0 then -- (not a fraction: see swc_window)
       local sw, sp, sc = swc_window(key, x, now, w, period, tick, place, tags)
       if sw == w - 1 then
         p = sc
