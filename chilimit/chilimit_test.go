@@ -64,7 +64,11 @@ func TestMiddleware(t *testing.T) {
 // chilimit middleware, see the full route pattern wherever the middleware
 // is mounted: r.Use on the root, r.Use in a sub-router (r.Route, Mount) and
 // in a group, r.With, and around a handler.
-func TestRouteKeyMounting(t *testing.T) {
+func TestRouteKeyMounting(t *testing.T) { eachRouteKey(t, testRouteKeyMounting) }
+
+// eachRouteKey runs test with chilimit.RouteKey, and with keyfunc.Route,
+// which the middleware must make give the same keys.
+func eachRouteKey(t *testing.T, test func(t *testing.T, routeKey keyfunc.Func)) {
 	for _, kf := range []struct {
 		name string
 		f    keyfunc.Func
@@ -72,7 +76,7 @@ func TestRouteKeyMounting(t *testing.T) {
 		{"chilimit.RouteKey", chilimit.RouteKey()},
 		{"keyfunc.Route", keyfunc.Route()},
 	} {
-		t.Run(kf.name, func(t *testing.T) { testRouteKeyMounting(t, kf.f) })
+		t.Run(kf.name, func(t *testing.T) { test(t, kf.f) })
 	}
 }
 
@@ -166,51 +170,43 @@ func testRouteKeyMounting(t *testing.T, routeKey keyfunc.Func) {
 // mounted, the key is the route chi chooses, so that one route has one
 // key however its requests are written.
 func TestRouteKeyFollowsChisRouting(t *testing.T) {
-	for _, kf := range []struct {
-		name string
-		f    keyfunc.Func
-	}{
-		{"chilimit.RouteKey", chilimit.RouteKey()},
-		{"keyfunc.Route", keyfunc.Route()},
-	} {
-		t.Run(kf.name, func(t *testing.T) {
-			k := newRouteKeys(t, kf.f)
-			r := chi.NewRouter()
-			r.Use(chimw.StripSlashes, chimw.CleanPath, chimw.GetHead)
-			r.Use(k.limit("root"))
-			r.Route("/api", func(r chi.Router) {
-				r.Use(k.limit("api"))
-				r.Get("/items/{id}", ok)
-				r.With(k.limit("with")).Get("/things/{id}", ok)
-				r.Route("/orgs/{org}", func(r chi.Router) {
-					r.Use(k.limit("org"))
-					r.Get("/projects/{project}", ok)
-				})
+	eachRouteKey(t, func(t *testing.T, routeKey keyfunc.Func) {
+		k := newRouteKeys(t, routeKey)
+		r := chi.NewRouter()
+		r.Use(chimw.StripSlashes, chimw.CleanPath, chimw.GetHead)
+		r.Use(k.limit("root"))
+		r.Route("/api", func(r chi.Router) {
+			r.Use(k.limit("api"))
+			r.Get("/items/{id}", ok)
+			r.With(k.limit("with")).Get("/things/{id}", ok)
+			r.Route("/orgs/{org}", func(r chi.Router) {
+				r.Use(k.limit("org"))
+				r.Get("/projects/{project}", ok)
 			})
-			r.With(k.limit("rootwith")).Get("/login/{x}", ok)
-
-			items := "route:GET /api/items/{id}"
-			things := "route:GET /api/things/{id}"
-			projects := "route:GET /api/orgs/{org}/projects/{project}"
-			login := "route:GET /login/{x}"
-			for _, path := range []string{"/api/items/5", "/api/items/5/", "/api//items/5"} {
-				k.check(r, "GET", path, items, items)
-				k.check(r, "HEAD", path, items, items)
-			}
-			for _, path := range []string{"/api/things/5", "/api/things/5/", "/api//things/5"} {
-				k.check(r, "GET", path, things, things, things)
-				k.check(r, "HEAD", path, things, things, things)
-			}
-			for _, path := range []string{"/api/orgs/a/projects/b", "/api/orgs/a/projects/b/", "/api/orgs//a/projects/b"} {
-				k.check(r, "GET", path, projects, projects, projects)
-				k.check(r, "HEAD", path, projects, projects, projects)
-			}
-			for _, path := range []string{"/login/x", "/login/x/", "//login/x"} {
-				k.check(r, "GET", path, login, login)
-				k.check(r, "HEAD", path, login, login)
-			}
 		})
-	}
+		r.With(k.limit("rootwith")).Get("/login/{x}", ok)
+
+		items := "route:GET /api/items/{id}"
+		things := "route:GET /api/things/{id}"
+		projects := "route:GET /api/orgs/{org}/projects/{project}"
+		login := "route:GET /login/{x}"
+		for _, path := range []string{"/api/items/5", "/api/items/5/", "/api//items/5"} {
+			k.check(r, "GET", path, items, items)
+			k.check(r, "HEAD", path, items, items)
+		}
+		for _, path := range []string{"/api/things/5", "/api/things/5/", "/api//things/5"} {
+			k.check(r, "GET", path, things, things, things)
+			k.check(r, "HEAD", path, things, things, things)
+		}
+		for _, path := range []string{"/api/orgs/a/projects/b", "/api/orgs/a/projects/b/", "/api/orgs//a/projects/b"} {
+			k.check(r, "GET", path, projects, projects, projects)
+			k.check(r, "HEAD", path, projects, projects, projects)
+		}
+		for _, path := range []string{"/login/x", "/login/x/", "//login/x"} {
+			k.check(r, "GET", path, login, login)
+			k.check(r, "HEAD", path, login, login)
+		}
+	})
 }
 
 // TestRouteKeyOutsideChi: without a chi router there is no pattern, a key
