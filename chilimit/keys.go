@@ -23,10 +23,10 @@ import (
 // rewritten, such as StripSlashes or GetHead, from the sub-router chi has
 // reached) and gets the full pattern wherever the middleware is mounted:
 // r.Use on the root router, r.Use inside r.Route or r.Group, r.With, or
-// around a single handler. Requests that match no route share one key, "route:(no route)",
-// and a method other than the standard ones counts as "OTHER". Outside a
-// chi router there is no pattern: a key error (keyfunc.ErrNoKey), handled by
-// the key-error policy (see WithKey).
+// around a single handler. Requests that match no route share one key,
+// "route:(no route)", and a method other than the standard ones counts as
+// "OTHER". Outside a chi router there is no pattern: a key error
+// (keyfunc.ErrNoKey), handled by the key-error policy (see WithKey).
 func RouteKey(with ...keyfunc.Func) keyfunc.Func {
 	return flow.RouteKey(pattern, with)
 }
