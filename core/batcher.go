@@ -48,7 +48,10 @@ import (
 //     flusher next takes b.mu: what mayGo weighs pending against.
 //   - flushers bounds active, not counting stalled sends (a batch out for
 //     stallAfter); stalls bounds the stalled sends beyond it, one per pooled
-//     connection: active <= flushers+stalls (see room).
+//     connection (of each cluster master): active <= flushers+stalls×masters
+//     when a flusher starts (see room). A flusher that shares a batch out
+//     to other masters starts one for each share (see shareOut), beyond
+//     that bound: at most one per master per batch taken.
 //   - A flusher is started only when its place has just been counted and no
 //     flusher was parked to take it (handOver): by do, when canStart; by the
 //     watchdog (expire), for calls queued behind a stalled batch; and by an
@@ -78,10 +81,12 @@ type batcher struct {
 	// slotsOnly: the cluster's servers refused the script's node form (Redis
 	// before 7 knows no script flags); decisions then group by slot.
 	slotsOnly atomic.Bool
-	masters   atomic.Int32  // the cluster masters the last batch went to (see mayGo)
-	rules     int           // keys per decision
-	script    *luaScript    // the script the limiter's decisions run (see scriptFor)
-	ruleArgs  []interface{} // the script arguments every decision shares
+	masters   atomic.Int32 // the cluster masters the last batch went to (see mayGo)
+	// mostMasters: the most cluster masters one batch went to (see room)
+	mostMasters atomic.Int32
+	rules       int           // keys per decision
+	script      *luaScript    // the script the limiter's decisions run (see scriptFor)
+	ruleArgs    []interface{} // the script arguments every decision shares
 
 	mu        sync.Mutex
 	pending   []*call
@@ -210,7 +215,7 @@ func (b *batcher) do(ctx context.Context, timeout time.Duration, c *call) (answe
 	}
 	b.mu.Unlock()
 	if start {
-		go b.flush()
+		go b.flush(nil, 0)
 	}
 	if done := ctx.Done(); done != nil {
 		select {
@@ -278,7 +283,7 @@ func timedOut(c *call, err error) bool {
 
 // handOver gives a place in active, just counted, to a parked flusher, with
 // b.mu held. It reports false when one took it, and true when none was
-// parked: the caller then starts a flusher (go b.flush()) once it has
+// parked: the caller then starts a flusher (go b.flush(nil, 0)) once it has
 // released b.mu.
 func (b *batcher) handOver() bool {
 	if b.parked == 0 {
@@ -323,12 +328,15 @@ func (b *batcher) canStart(now time.Time) bool {
 // decision, and the health probe's write, while Redis answers on every
 // other connection. Each stalled send holds a connection of its own, so
 // no more of them may be out than the pool has connections: the flushers
-// running are at most flushers + stalls.
+// running are at most flushers + stalls. On a cluster each master has a
+// pool of its own, and a master that hangs holds only its own: stalls per
+// master (the most a batch has been bound for), so that its stalled sends
+// never take the places of the live masters' batches.
 func (b *batcher) room(now time.Time) bool {
 	if b.active < b.flushers {
 		return true
 	}
-	if b.active >= b.flushers+b.stalls {
+	if b.active >= b.flushers+b.stalls*max(1, int(b.mostMasters.Load())) {
 		return false
 	}
 	stalled := 0
@@ -412,11 +420,11 @@ func (b *batcher) close() {
 // flight, it then parks until handOver wakes it for the next batch, rather
 // than end and let a new goroutine take its place, whose stack would grow
 // again through go-redis's calls. It ends once no other place is held, or
-// once the batcher is closed (releaseParked, close).
-func (b *batcher) flush() {
-	var x *execScratch
+// once the batcher is closed (releaseParked, close). It starts with x, a
+// scratch of its own, and sent calls of its own in flight, when it has
+// sent a share of another flusher's batch (see flushShare).
+func (b *batcher) flush(x *execScratch, sent int) {
 	var done []*call // the batch just sent, to give back as spare
-	sent := 0        // its length
 	for {
 		if sent > 0 {
 			b.load.update(time.Now())
@@ -479,6 +487,6 @@ func (b *batcher) flush() {
 		b.inflight += sent
 		x.batch, x.sentAt = batch, time.Now()
 		b.mu.Unlock()
-		b.exec(x, batch)
+		sent -= b.exec(x, batch) // what it handed over counts for its new flusher
 	}
 }

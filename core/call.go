@@ -4,6 +4,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // call is one queued command: the policy script (EVALSHA, EVAL on NOSCRIPT),
@@ -23,6 +25,7 @@ type call struct {
 	args []interface{} // the request's own script argument: its cost, negated for Peek
 	unit bool          // it consumes 1 (Allow): a script call of such requests only needs their keys
 	slot int           // the Redis Cluster slot of its keys, on a ClusterClient (see groupNode)
+	node *redis.Client // the cluster master its batch sends it to, once named (see groupOf)
 
 	scratch []interface{} // the inline path's full argument list
 
@@ -72,7 +75,7 @@ func getCall(k callKind) *call {
 	c := callPool.Get().(*call)
 	c.kind = k
 	c.keys, c.args, c.unit = c.keys[:0], c.args[:0], false
-	c.res, c.err = c.res[:0], nil
+	c.res, c.err, c.node = c.res[:0], nil, nil
 	c.state.Store(callWaiting)
 	return c
 }

@@ -27,6 +27,9 @@ type execScratch struct {
 
 	moved    []*call // requests a master answered as not its own (see answer)
 	movedErr error   // what it said
+
+	share bool    // its batch is one master's share of another's (see shareOut)
+	own   []*call // the array of its batch when it is a share
 }
 
 // group returns an empty group of the current batch.
@@ -59,6 +62,7 @@ func (x *execScratch) groupOf(ctx context.Context, b *batcher, c *call) *scriptG
 		// to that master, and a request whose slot has moved meanwhile is
 		// answered by the script as such and sent again on its own.
 		if node, err := b.cluster.MasterForKey(ctx, slotKeys()[c.slot]); err == nil {
+			c.node = node
 			for _, n := range x.byNode {
 				if n.node == node {
 					return n.g
@@ -112,7 +116,7 @@ func (x *execScratch) reset() {
 // stops dialling or waiting for a connection, so a decision
 // nobody waits for any more is not sent late (say, to a Redis that has just
 // restarted) to consume quota for a request long gone.
-func (b *batcher) exec(x *execScratch, batch []*call) {
+func (b *batcher) exec(x *execScratch, batch []*call) (handed int) {
 	defer x.reset()
 	ctx := &x.ctx
 	deadline := time.Now().Add(b.execLimit)
@@ -181,12 +185,28 @@ func (b *batcher) exec(x *execScratch, batch []*call) {
 		g := x.groupOf(ctx, b, c)
 		g.calls = append(g.calls, c)
 	}
-	if b.grouping == groupNode {
-		b.masters.Store(int32(len(x.byNode)))
+	if b.grouping == groupNode && !x.share {
+		n := int32(len(x.byNode))
+		b.masters.Store(n)
+		for m := b.mostMasters.Load(); n > m && !b.mostMasters.CompareAndSwap(m, n); {
+			m = b.mostMasters.Load()
+		}
+	}
+	if len(x.byNode) > 1 {
+		handed = b.shareOut(x)
 	}
 	groups := x.groups[:x.used]
+	sending := 0
 	for _, g := range groups {
-		g.alone = len(groups) == 1
+		if !g.answered {
+			sending++
+		}
+	}
+	for _, g := range groups {
+		if g.answered {
+			continue // shared out
+		}
+		g.alone = sending == 1
 		g.build(ctx, b.script, b.ruleArgs)
 		_ = pipe.Process(ctx, scriptCmd{g.cmd})
 	}
@@ -197,6 +217,65 @@ func (b *batcher) exec(x *execScratch, batch []*call) {
 	b.answer(ctx, x, true)
 	b.resend(ctx, x)
 	b.answer(ctx, x, false)
+	return handed
+}
+
+// shareOut hands the groups bound for every master but the first to
+// flushers of their own (see flushShare): each master's share of a batch
+// is sent, and answered, on its own. One pipeline to several masters
+// returns when the slowest does, and a master that hangs (its host gone,
+// or stopped) would hold every decision bound for the live masters beside
+// its own until their callers' deadlines: on a busy limiter, where most
+// batches reach every master, all of them. The groups handed over stay in
+// x, emptied and marked answered; x.batch keeps only x's own calls.
+func (b *batcher) shareOut(x *execScratch) (handed int) {
+	var shares [8]*execScratch
+	out := shares[:0]
+	first := x.byNode[0].node
+	b.mu.Lock()
+	now := time.Now()
+	for _, n := range x.byNode[1:] {
+		var y *execScratch
+		if k := len(b.scratch); k > 0 {
+			y, b.scratch = b.scratch[k-1], b.scratch[:k-1]
+		} else {
+			y = &execScratch{}
+			b.scratches = append(b.scratches, y)
+		}
+		y.own = append(y.own[:0], n.g.calls...)
+		y.batch, y.sentAt, y.share = y.own, now, true
+		handed += len(y.own)
+		b.active++ // y's flusher: see flushShare
+		clear(n.g.calls)
+		n.g.calls, n.g.answered = n.g.calls[:0], true
+		out = append(out, y)
+	}
+	// x.batch keeps its calls bound for the first master, and the others
+	// (DEL, the probe, calls that went unsent or have no master named)
+	kept := x.batch[:0]
+	for _, c := range x.batch {
+		if c == nil || c.node == nil || c.node == first {
+			kept = append(kept, c)
+		}
+	}
+	clear(x.batch[len(kept):])
+	x.batch = kept
+	b.mu.Unlock()
+	for _, y := range out {
+		go b.flushShare(y)
+	}
+	return handed
+}
+
+// flushShare sends y's share of another flusher's batch (see shareOut),
+// then goes on as a flusher. Its calls count in flight (b.inflight) until
+// it is done with them, as a flusher's batch does.
+func (b *batcher) flushShare(y *execScratch) {
+	sent := len(y.batch)
+	sent -= b.exec(y, y.batch)
+	clear(y.own) // the calls go back to their callers' pool
+	y.share = false
+	b.flush(y, sent)
 }
 
 // answer claims the calls of the batch's groups and writes their answers,

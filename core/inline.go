@@ -110,7 +110,7 @@ func (b *batcher) sendOwn(c *call, bounded *redis.Client) error {
 	}
 	b.mu.Unlock()
 	if start {
-		go b.flush()
+		go b.flush(nil, 0)
 	}
 	return c.err
 }

@@ -71,7 +71,7 @@ func (b *batcher) expire() {
 	}
 	b.mu.Unlock()
 	if start {
-		go b.flush() // what waits behind a stalled batch
+		go b.flush(nil, 0) // what waits behind a stalled batch
 	}
 }
 
