@@ -25,7 +25,9 @@ type call struct {
 	args []interface{} // the request's own script argument: its cost, negated for Peek
 	unit bool          // it consumes 1 (Allow): a script call of such requests only needs their keys
 	slot int           // the Redis Cluster slot of its keys, on a ClusterClient (see groupNode)
-	node *redis.Client // the cluster master its batch sends it to, once named (see groupOf)
+	// node: the cluster master it is sent to, once named (see groupOf):
+	// its caller reads it, even when the call was not answered
+	node atomic.Pointer[redis.Client]
 
 	scratch []interface{} // the inline path's full argument list
 
@@ -75,7 +77,8 @@ func getCall(k callKind) *call {
 	c := callPool.Get().(*call)
 	c.kind = k
 	c.keys, c.args, c.unit = c.keys[:0], c.args[:0], false
-	c.res, c.err, c.node = c.res[:0], nil, nil
+	c.res, c.err = c.res[:0], nil
+	c.node.Store(nil)
 	c.state.Store(callWaiting)
 	return c
 }

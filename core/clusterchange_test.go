@@ -744,13 +744,17 @@ func changeWindowCounts(t *testing.T, cl *redistest.Cluster, cc *redis.ClusterCl
 }
 
 // TestClusterFollowsAKilledMaster: a limiter's client knows the cluster's
-// slot map from before a master is killed; once the cluster has promoted
-// its replica, decisions on that shard's keys reach the new master again
-// within moments, not after go-redis's periodic reload a minute on. (go-redis reloads a cluster's slot map on MOVED and ASK,
-// and otherwise once a minute: a master that refuses connections answers
-// neither, so sluice asks for a reload when a decision or the health
-// probe fails.) A key of a live master decides throughout, but with the
-// health check on, while the killed master's decisions fail, so may it.
+// slot map from before a master is killed. Until the cluster promotes the
+// replica, the dead master's keys fail, and a live master's keys fail only
+// as Redis refuses them (CLUSTERDOWN, from when the cluster has found the
+// master failing until the promotion, under Redis's default
+// cluster-require-full-coverage): each master has a breaker of its own,
+// so the dead master's failures do not stop the others, while the limiter
+// reports Unhealthy. Once the replica is promoted, the dead master's keys
+// reach it within moments, not after go-redis's periodic reload a minute
+// on (go-redis reloads a cluster's slot map on MOVED and ASK, and a master
+// that refuses connections answers neither: sluice asks for a reload when
+// a decision or a probe fails), and the limiter is Healthy again.
 func TestClusterFollowsAKilledMaster(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	ctx := context.Background()
@@ -763,11 +767,15 @@ func TestClusterFollowsAKilledMaster(t *testing.T) {
 	if err := cl.WaitReplicaKnown(ctx, replica); err != nil {
 		t.Fatal(err)
 	}
-	keys, _ := changeKeys(sh.Owns, 1, 1) // one of the killed master's, one of another
+	keys, _ := changeKeys(sh.Owns, 1, 1)
+	dead, live := keys[0], keys[1]
+	var mu sync.Mutex
+	var changes []core.Health
 	// At the default timeout (the tests raise it), not waiting out
 	// go-redis's dials to the dead master.
 	lim, err := core.New(cl.Client(t), core.GCRA, core.PerSecond(1000), core.WithTimeout(core.DefaultTimeout),
-		core.WithPrefix(fmt.Sprintf("killed-%d", time.Now().UnixNano())))
+		core.WithPrefix(fmt.Sprintf("killed-%d", time.Now().UnixNano())),
+		core.WithHealthHook(func(h core.Health, _ error) { mu.Lock(); changes = append(changes, h); mu.Unlock() }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -780,15 +788,50 @@ func TestClusterFollowsAKilledMaster(t *testing.T) {
 	if err := cl.Kill(master); err != nil {
 		t.Fatal(err)
 	}
-	if err := cl.WaitPromoted(ctx, replica, changeSlotOf(sh)); err != nil {
+	var promoted atomic.Bool
+	outage := make(chan [4]int)
+	go func() {
+		var n [4]int // the dead key's failures; the live key's decisions, failures, and those not CLUSTERDOWN
+		sawUnhealthy := 0
+		for !promoted.Load() {
+			if _, err := lim.Allow(ctx, dead); err != nil {
+				n[0]++
+			}
+			if _, err := lim.Allow(ctx, live); err != nil {
+				n[2]++
+				if !strings.Contains(err.Error(), "CLUSTERDOWN") {
+					n[3]++ // not Redis's refusal: a timeout of a loaded machine, or the dead master's breaker
+					t.Logf("during the outage, %s (a live master's): %v", live, err)
+				}
+			}
+			n[1]++
+			if lim.Health() == core.Unhealthy {
+				sawUnhealthy++
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if sawUnhealthy == 0 {
+			t.Errorf("the limiter never reported Unhealthy during the outage")
+		}
+		outage <- n
+	}()
+	err = cl.WaitPromoted(ctx, replica, changeSlotOf(sh))
+	promoted.Store(true)
+	n := <-outage
+	if err != nil {
 		t.Fatalf("failover of %s to %s: %v", master, replica, err)
 	}
-	promoted := time.Now()
+	at := time.Now()
+	t.Logf("during the outage: %s failed %d times; %s decided %d times, %d refused by the cluster", dead, n[0], live, n[1], n[2])
+	if n[0] == 0 || n[2] == n[1] || n[3] > max(3, n[1]/20) {
+		t.Errorf("during the outage: %s failed %d times, %s %d of %d (%d not refused by the cluster); want the dead master's key to fail, the live one's to decide",
+			dead, n[0], live, n[2], n[1], n[3])
+	}
 	const within = 15 * time.Second // go-redis's own reload comes after a minute
 	for _, k := range keys {
 		var err error
 		for {
-			if _, err = lim.Allow(ctx, k); err == nil || time.Since(promoted) > within {
+			if _, err = lim.Allow(ctx, k); err == nil || time.Since(at) > within {
 				break
 			}
 			time.Sleep(20 * time.Millisecond)
@@ -796,7 +839,18 @@ func TestClusterFollowsAKilledMaster(t *testing.T) {
 		if err != nil {
 			t.Errorf("%s still fails %v after %s was promoted: %v", k, within, replica, err)
 		} else {
-			t.Logf("%s decides again %v after the promotion", k, time.Since(promoted).Round(time.Millisecond))
+			t.Logf("%s decides again %v after the promotion", k, time.Since(at).Round(time.Millisecond))
 		}
+	}
+	for lim.Health() != core.Healthy && time.Since(at) < within {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if lim.Health() != core.Healthy {
+		t.Errorf("the limiter is still Unhealthy %v after the promotion", within)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(changes) != 2 || changes[0] != core.Unhealthy || changes[1] != core.Healthy {
+		t.Errorf("the health hook saw %v; want Unhealthy, then Healthy", changes)
 	}
 }

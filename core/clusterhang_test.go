@@ -18,10 +18,13 @@ import (
 // whose host has stopped answering) while 48 goroutines decide keys of
 // every master. Batches bound for several masters are sent to each on its
 // own: the decisions on the live masters' keys are answered throughout,
-// and only those on the paused master's keys fail, at the limiter's
-// timeout. The health check is off, so that what is measured is the
-// sending alone.
-func testClusterOneMasterHangs(t *testing.T, cl *redistest.Cluster) {
+// and only those on the paused master's keys fail. With the health check
+// off, they fail at the limiter's timeout: what is measured is the sending
+// alone. With it on, the paused master's breaker opens, and its keys'
+// decisions are answered at once by the failure mode until the master
+// answers again, while the live masters' keys go to Redis: the limiter
+// reports Unhealthy meanwhile, and its hook sees one change each way.
+func testClusterOneMasterHangs(t *testing.T, cl *redistest.Cluster, healthCheck bool) {
 	cc := cl.Client(t)
 	ctx := context.Background()
 	shards, err := cl.Shards(ctx)
@@ -31,8 +34,17 @@ func testClusterOneMasterHangs(t *testing.T, cl *redistest.Cluster) {
 	paused := shards[0]
 	const pause = 2 * time.Second
 	prefix := fmt.Sprintf("hang-%d", time.Now().UnixNano())
-	lim, err := core.New(cc, core.GCRA, core.PerSecond(1_000_000), core.WithPrefix(prefix),
-		core.WithTimeout(500*time.Millisecond), core.WithHealthCheck(0, 0))
+	opts := []core.Option{core.WithPrefix(prefix), core.WithTimeout(500 * time.Millisecond), core.WithHealthCheck(0, 0)}
+	var hookMu sync.Mutex
+	var changes []core.Health
+	if healthCheck {
+		opts = append(opts[:2], core.WithHealthHook(func(h core.Health, _ error) {
+			hookMu.Lock()
+			changes = append(changes, h)
+			hookMu.Unlock()
+		}))
+	}
+	lim, err := core.New(cc, core.GCRA, core.PerSecond(1_000_000), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +109,9 @@ func testClusterOneMasterHangs(t *testing.T, cl *redistest.Cluster) {
 		t.Fatalf("CLIENT PAUSE on %s: %v", paused.Master, err)
 	}
 	during.Store(true)
-	time.Sleep(pause - 300*time.Millisecond)
+	time.Sleep(pause / 2)
+	healthDuring := lim.Health()
+	time.Sleep(pause/2 - 300*time.Millisecond)
 	during.Store(false)
 	time.Sleep(500 * time.Millisecond)
 	close(stop)
@@ -116,6 +130,20 @@ func testClusterOneMasterHangs(t *testing.T, cl *redistest.Cluster) {
 	}
 	if err := waitAnswered(ctx, lim, keys, onPaused); err != nil {
 		t.Error(err)
+	}
+	if !healthCheck {
+		return
+	}
+	if healthDuring != core.Unhealthy {
+		t.Errorf("Health() = %v while %s was paused, want Unhealthy", healthDuring, paused.Master)
+	}
+	if h := lim.Health(); h != core.Healthy {
+		t.Errorf("Health() = %v once every master answers again, want Healthy", h)
+	}
+	hookMu.Lock()
+	defer hookMu.Unlock()
+	if len(changes) != 2 || changes[0] != core.Unhealthy || changes[1] != core.Healthy {
+		t.Errorf("the health hook saw %v, want [Unhealthy Healthy]", changes)
 	}
 }
 

@@ -62,7 +62,7 @@ func (x *execScratch) groupOf(ctx context.Context, b *batcher, c *call) *scriptG
 		// to that master, and a request whose slot has moved meanwhile is
 		// answered by the script as such and sent again on its own.
 		if node, err := b.cluster.MasterForKey(ctx, slotKeys()[c.slot]); err == nil {
-			c.node = node
+			c.node.Store(node)
 			for _, n := range x.byNode {
 				if n.node == node {
 					return n.g
@@ -136,6 +136,11 @@ func (b *batcher) exec(x *execScratch, batch []*call) (handed int) {
 	ctx.arm(latest)
 	defer ctx.disarm()
 
+	if b.grouping == groupNode {
+		if handed = b.shareOthers(x); handed > 0 {
+			batch = x.batch
+		}
+	}
 	if cap(x.others) < len(batch) {
 		x.others = make([]redis.Cmder, len(batch))
 	}
@@ -193,7 +198,7 @@ func (b *batcher) exec(x *execScratch, batch []*call) (handed int) {
 		}
 	}
 	if len(x.byNode) > 1 {
-		handed = b.shareOut(x)
+		handed += b.shareOut(x)
 	}
 	groups := x.groups[:x.used]
 	sending := 0
@@ -235,26 +240,17 @@ func (b *batcher) shareOut(x *execScratch) (handed int) {
 	b.mu.Lock()
 	now := time.Now()
 	for _, n := range x.byNode[1:] {
-		var y *execScratch
-		if k := len(b.scratch); k > 0 {
-			y, b.scratch = b.scratch[k-1], b.scratch[:k-1]
-		} else {
-			y = &execScratch{}
-			b.scratches = append(b.scratches, y)
-		}
-		y.own = append(y.own[:0], n.g.calls...)
-		y.batch, y.sentAt, y.share = y.own, now, true
-		handed += len(y.own)
-		b.active++ // y's flusher: see flushShare
+		y := b.newShare(n.g.calls, now)
+		handed += len(y.batch)
 		clear(n.g.calls)
 		n.g.calls, n.g.answered = n.g.calls[:0], true
 		out = append(out, y)
 	}
-	// x.batch keeps its calls bound for the first master, and the others
-	// (DEL, the probe, calls that went unsent or have no master named)
+	// x.batch keeps its calls bound for the first master, and those that
+	// went unsent or have no master named
 	kept := x.batch[:0]
 	for _, c := range x.batch {
-		if c == nil || c.node == nil || c.node == first {
+		if node := c.node.Load(); node == nil || node == first {
 			kept = append(kept, c)
 		}
 	}
@@ -265,6 +261,53 @@ func (b *batcher) shareOut(x *execScratch) (handed int) {
 		go b.flushShare(y)
 	}
 	return handed
+}
+
+// shareOthers hands the DELs and probes of x's batch to a flusher of their
+// own (see flushShare), on a cluster, when the batch holds script calls
+// too: they go first, in a pipeline of their own (see exec), and a DEL or
+// probe bound for a master that hangs (a breaker's probe is) would hold
+// every decision of the batch. x.batch keeps its script calls.
+func (b *batcher) shareOthers(x *execScratch) (handed int) {
+	var buf [4]*call
+	others := buf[:0]
+	for _, c := range x.batch {
+		if c.kind != callScript {
+			others = append(others, c)
+		}
+	}
+	if len(others) == 0 || len(others) == len(x.batch) {
+		return 0
+	}
+	b.mu.Lock()
+	y := b.newShare(others, time.Now())
+	kept := x.batch[:0]
+	for _, c := range x.batch {
+		if c.kind == callScript {
+			kept = append(kept, c)
+		}
+	}
+	clear(x.batch[len(kept):])
+	x.batch = kept
+	b.mu.Unlock()
+	go b.flushShare(y)
+	return len(others)
+}
+
+// newShare returns an idle scratch holding calls as its batch, sent now,
+// and counts its flusher in active, with b.mu held.
+func (b *batcher) newShare(calls []*call, now time.Time) *execScratch {
+	var y *execScratch
+	if k := len(b.scratch); k > 0 {
+		y, b.scratch = b.scratch[k-1], b.scratch[:k-1]
+	} else {
+		y = &execScratch{}
+		b.scratches = append(b.scratches, y)
+	}
+	y.own = append(y.own[:0], calls...)
+	y.batch, y.sentAt, y.share = y.own, now, true
+	b.active++ // y's flusher: see flushShare
+	return y
 }
 
 // flushShare sends y's share of another flusher's batch (see shareOut),

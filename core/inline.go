@@ -58,6 +58,12 @@ func (b *batcher) sendOwn(c *call, bounded *redis.Client) error {
 	var err error // the call's own failure, as a batch's (see answer)
 	switch c.kind {
 	case callScript:
+		if b.cluster != nil {
+			// the master its failure counts against (see masterHealth)
+			if node, err := b.cluster.MasterForKey(ctx, slotKeys()[c.slot]); err == nil {
+				c.node.Store(node)
+			}
+		}
 		one := [1]*call{c}
 		args := appendScriptCall(c.scratch[:0], b.script, false, false, one[:], b.ruleArgs)
 		var cmd *redis.IntSliceCmd

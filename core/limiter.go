@@ -53,9 +53,12 @@ type Limiter struct {
 	fp     string // fingerprint of the rules, part of every key
 	opts   options
 	health health
-	local  *Local // the twin, for FailLocal
-	batch  *batcher
-	denied *denyCache // nil unless WithDenyCache
+	// masters: on a Redis Cluster, a breaker per master beside health
+	masters *masterHealth
+	changes healthChanges // what the health hook is told (see healthChanges)
+	local   *Local        // the twin, for FailLocal
+	batch   *batcher
+	denied  *denyCache // nil unless WithDenyCache
 
 	suffixes []string // per rule: "}:<fingerprint>:<index>", the end of its Redis key
 	probeKey string   // written by the health probe: see probe
@@ -112,12 +115,10 @@ func NewPolicy(client redis.UniversalClient, rules []Rule, opts ...Option) (*Lim
 		return nil, err
 	}
 	l := &Limiter{rules: compiled, prefix: o.prefix, fp: fingerprint(compiled), opts: o, batch: newBatcher(client, scriptFor(compiled), len(compiled), ruleArgs(compiled))}
-	l.health = health{
-		threshold:  o.failures,
-		maxBackoff: o.maxBackoff,
-		hook:       o.onHealth,
-		probe:      l.probe,
-		stop:       make(chan struct{}),
+	l.changes.fn = o.onHealth
+	l.health = l.newHealth(l.probe, l.changes.report)
+	if l.batch.cluster != nil && o.failures > 0 {
+		l.masters = &masterHealth{l: l, cluster: l.batch.cluster}
 	}
 	for i := range compiled {
 		l.suffixes = append(l.suffixes, "}:"+l.fp+":"+strconv.Itoa(i))
@@ -171,16 +172,32 @@ func (l *Limiter) Rules() []Rule {
 // called more than once.
 func (l *Limiter) Close() error {
 	l.health.close()
+	if l.masters != nil {
+		l.masters.close()
+	}
 	l.batch.close()
 	return nil
 }
 
-// Health reports whether decisions currently go to Redis.
+// Health reports whether decisions currently go to Redis. On a Redis
+// Cluster it is Unhealthy while the decisions of any master go to the
+// failure mode (each master has a health check of its own).
 func (l *Limiter) Health() Health {
-	if l.health.unhealthy() {
+	if l.health.unhealthy() || l.masters != nil && l.masters.unhealthy() {
 		return Unhealthy
 	}
 	return Healthy
+}
+
+// newHealth returns a breaker of the limiter's health check settings.
+func (l *Limiter) newHealth(probe func(context.Context) error, hook func(Health, error)) health {
+	return health{
+		threshold:  l.opts.failures,
+		maxBackoff: l.opts.maxBackoff,
+		hook:       hook,
+		probe:      probe,
+		stop:       make(chan struct{}),
+	}
 }
 
 // Allow reports whether one event for key is admitted now, and consumes it
@@ -302,8 +319,14 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 // under noeviction (OOM). On a Cluster the write reaches one node only,
 // that of the probe key's slot.
 func (l *Limiter) probe(ctx context.Context) error {
+	return l.probeAt(ctx, l.probeKey)
+}
+
+// probeAt is a probe writing key: the limiter's probe key, or a cluster
+// master's (see masterHealth).
+func (l *Limiter) probeAt(ctx context.Context, key string) error {
 	c := getCall(callProbe) // not put back: see Reset
-	c.keys = append(c.keys[:0], keyArg{b: []byte(l.probeKey)})
+	c.keys = append(c.keys[:0], keyArg{b: []byte(key)})
 	_, err := l.batch.do(ctx, 0, c)
 	if err == nil {
 		err = c.err
@@ -319,9 +342,14 @@ func (l *Limiter) decide(ctx context.Context, key string, consume bool, n int) (
 	if l.health.unhealthy() {
 		return l.fallback(key, consume, n, l.health.err())
 	}
-	res, err := l.run(ctx, key, consume, n)
+	if l.masters != nil {
+		if h := l.masters.openFor(clusterSlot(storedKey(key))); h != nil {
+			return l.fallback(key, consume, n, h.err())
+		}
+	}
+	res, h, err := l.run(ctx, key, consume, n)
 	if err == nil {
-		l.health.success()
+		h.success()
 		if l.local != nil {
 			l.local.tidy()
 		}
@@ -339,7 +367,7 @@ func (l *Limiter) decide(ctx context.Context, key string, consume bool, n int) (
 		return l.fallback(key, consume && l.local == nil, n, err)
 	}
 	if availability(err) {
-		l.health.failure(err)
+		h.failure(err)
 		l.batch.reloadSlots()
 	}
 	return l.fallback(key, consume, n, err)

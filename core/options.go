@@ -68,14 +68,18 @@ func WithFailureMode(m FailureMode) Option {
 // maxBackoff (default 500ms), until it accepts a write (a SET of a
 // short-lived key under the prefix): a Redis that answers PING but refuses
 // writes (NOREPLICAS, READONLY, OOM) stays unhealthy. failures 0 turns
-// this off: every decision then tries Redis.
+// this off: every decision then tries Redis. On a Redis Cluster each
+// master is checked on its own: the decisions on a failing master's keys
+// go to the FailureMode while the other masters' still go to Redis.
 func WithHealthCheck(failures int, maxBackoff time.Duration) Option {
 	return func(o *options) { o.failures, o.maxBackoff = failures, maxBackoff }
 }
 
 // WithHealthHook calls fn on every change of Redis health, with the error
-// that made it unhealthy (nil when it recovers). fn runs on the goroutine
-// that noticed the change and must not block.
+// that made it unhealthy (nil when it recovers), one change at a time and
+// in order. On a Redis Cluster it reports Unhealthy when a first master's
+// check fails and Healthy when the last failing one recovers. fn runs on
+// the goroutine that noticed the change and must not block.
 func WithHealthHook(fn func(Health, error)) Option {
 	return func(o *options) { o.onHealth = fn }
 }

@@ -245,8 +245,9 @@ func ruleArgs(rules []compiledRule) []interface{} {
 }
 
 // run decides key by the script, in the limiter's batcher, within the
-// limiter's timeout.
-func (l *Limiter) run(ctx context.Context, key string, consume bool, n int) (Result, error) {
+// limiter's timeout. It returns the breaker the decision counts against:
+// on a cluster, that of the master it was sent to (see masterHealth).
+func (l *Limiter) run(ctx context.Context, key string, consume bool, n int) (Result, *health, error) {
 	c := getCall(callScript)
 	stored := storedKey(key)
 	c.keys = l.appendKeys(c.keys, stored)
@@ -256,15 +257,24 @@ func (l *Limiter) run(ctx context.Context, key string, consume bool, n int) (Res
 		c.slot = clusterSlot(stored)
 	}
 	answered, err := l.batch.do(ctx, l.opts.timeout, c)
+	h := &l.health
+	if node := c.node.Load(); node != nil && l.masters != nil {
+		if m := l.masters.of(node); m != nil {
+			if err != nil {
+				m.slot.Store(int32(c.slot)) // for its probe
+			}
+			h = &m.health
+		}
+	}
 	if !answered {
-		return Result{}, err // c may still be in a pipeline: not reused
+		return Result{}, h, err // c may still be in a pipeline: not reused
 	}
 	defer putCall(c) // after the Result is built: c.res is reused
 	if err != nil {
-		return Result{}, err
+		return Result{}, h, err
 	}
 	if len(c.res) != 1+5*len(l.rules) {
-		return Result{}, fmt.Errorf("sluice: unexpected script reply of %d values", len(c.res))
+		return Result{}, h, fmt.Errorf("sluice: unexpected script reply of %d values", len(c.res))
 	}
-	return buildResult(l.rules, c.res), nil
+	return buildResult(l.rules, c.res), h, nil
 }

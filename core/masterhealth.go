@@ -1,0 +1,178 @@
+package core
+
+import (
+	"context"
+	"maps"
+	"sync"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// masterHealth is the health check of a limiter on a Redis Cluster: a
+// breaker (see health) per master, beside the limiter's own. A decision
+// counts against the breaker of the master its batch sent it to, and
+// while that breaker is open the decisions on that master's keys are
+// answered at once by the failure mode, while those of the live masters
+// still go to Redis. (Each master's share of a batch is sent on its own:
+// see shareOut. Before that, a dead master held the live masters'
+// decisions of the same batch, and a breaker per master could not help.)
+//
+// A decision whose master is not known (the client had no slot map when
+// its batch was sent) counts against the limiter's own breaker, as on a
+// single server.
+type masterHealth struct {
+	l       *Limiter
+	cluster *redis.ClusterClient
+
+	// byAddr is read at every decision, without a lock; a new master's
+	// breaker is added to a copy, under mu.
+	byAddr atomic.Pointer[map[string]*masterBreaker]
+	mu     sync.Mutex
+	closed bool // Close was called: no new breaker
+
+	// open counts the breakers open, as their hooks report it: while it
+	// is 0, a decision looks for no master's breaker before it is sent.
+	// (A breaker stopped by Close ends open without reporting.)
+	open atomic.Int32
+}
+
+// masterBreaker is the breaker of one master.
+type masterBreaker struct {
+	health
+	// slot: a slot of this master's, of the latest decision that failed
+	// on it or was answered by its open breaker. The probe writes a key
+	// of that slot: once a replica has taken the master's slots over, the
+	// probe reaches it, and the breaker closes.
+	slot atomic.Int32
+}
+
+// maxMasters bounds the breakers a limiter keeps: one per master address
+// it has sent to, more only if masters keep coming back on new addresses.
+// Beyond it, the decisions of new masters count against the limiter's own
+// breaker.
+const maxMasters = 1024
+
+// of returns the breaker of node, made on node's first decision, or nil
+// once Close was called or maxMasters are kept.
+func (m *masterHealth) of(node *redis.Client) *masterBreaker {
+	addr := node.Options().Addr
+	if by := m.byAddr.Load(); by != nil {
+		if h := (*by)[addr]; h != nil {
+			return h
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	old := m.byAddr.Load()
+	if old != nil && (*old)[addr] != nil {
+		return (*old)[addr]
+	}
+	if m.closed || old != nil && len(*old) >= maxMasters {
+		return nil
+	}
+	h := &masterBreaker{}
+	h.health = m.l.newHealth(func(ctx context.Context) error {
+		return m.l.probeAt(ctx, m.l.slotProbeKey(int(h.slot.Load())))
+	}, m.hook)
+	by := make(map[string]*masterBreaker, 1)
+	if old != nil {
+		maps.Copy(by, *old)
+	}
+	by[addr] = h
+	m.byAddr.Store(&by)
+	return h
+}
+
+// openFor returns the breaker of the master that serves slot when it is
+// open, and nil otherwise; the breaker's probe then writes a key of slot.
+// It asks the client's slot map only while some breaker is open: the map
+// is there by then (a breaker is made for a master the map named), so the
+// lookup does not wait on Redis.
+func (m *masterHealth) openFor(slot int) *health {
+	if m.open.Load() <= 0 {
+		return nil
+	}
+	node, err := m.cluster.MasterForKey(context.Background(), slotKeys()[slot])
+	if err != nil {
+		return nil
+	}
+	by := m.byAddr.Load()
+	if by == nil {
+		return nil
+	}
+	h := (*by)[node.Options().Addr]
+	if h == nil || !h.unhealthy() {
+		return nil
+	}
+	h.slot.Store(int32(slot))
+	return &h.health
+}
+
+// hook counts the breakers open, then reports the change to the
+// limiter's hook (see healthChanges).
+func (m *masterHealth) hook(s Health, err error) {
+	if s == Unhealthy {
+		m.open.Add(1)
+	} else {
+		m.open.Add(-1)
+	}
+	m.l.changes.report(s, err)
+}
+
+// unhealthy reports whether any master's breaker is open.
+func (m *masterHealth) unhealthy() bool {
+	if by := m.byAddr.Load(); by != nil {
+		for _, h := range *by {
+			if h.unhealthy() {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// close stops every master's breaker for good.
+func (m *masterHealth) close() {
+	m.mu.Lock()
+	m.closed = true
+	by := m.byAddr.Load()
+	m.mu.Unlock()
+	if by != nil {
+		for _, h := range *by {
+			h.close()
+		}
+	}
+}
+
+// healthChanges reports a limiter's changes of health to its hook, one at
+// a time and in order: Unhealthy when a first breaker opens (the
+// limiter's own or, on a cluster, a master's), Healthy when the last open
+// one closes. Each breaker reports its own changes in order (see
+// health.hookMu), each Unhealthy before its Healthy.
+type healthChanges struct {
+	mu   sync.Mutex
+	open int
+	fn   func(Health, error)
+}
+
+func (c *healthChanges) report(s Health, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	before := c.open
+	if s == Unhealthy {
+		c.open++
+	} else {
+		c.open--
+	}
+	if c.fn != nil && (before == 0) != (c.open == 0) {
+		c.fn(s, err)
+	}
+}
+
+// slotProbeKey returns the key a master's probe writes: one of slot, under
+// the limiter's prefix. Its hash tag may be a user key's, but no rule's
+// key ends "}:#probe:…" (theirs end "}:<fingerprint>:<rule index>").
+func (l *Limiter) slotProbeKey(slot int) string {
+	return l.prefix + ":{" + slotKeys()[slot] + "}:#probe:" + l.fp
+}
