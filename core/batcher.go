@@ -41,8 +41,9 @@ import (
 //     by its holder only: a flusher when it parks or ends, an inline caller
 //     when it is done (or handed to a flusher, see handOver).
 //   - parked counts the flushers blocked on wake, holding no place. Only
-//     handOver takes one (a place counted for it; wake <- true) and only
-//     releaseParked lets them all go (wake <- false), once active is 0 or
+//     handOver takes one (a place counted for it; wake <- wakeSend), or
+//     newShare for a share of a batch (wake <- its scratch), and only
+//     releaseParked lets them all go (wake <- wakeExit), once active is 0 or
 //     the batcher is closed.
 //   - inflight counts the calls in batches taken by flushers, until their
 //     flusher next takes b.mu: what mayGo weighs pending against.
@@ -93,7 +94,7 @@ type batcher struct {
 	spare     []*call        // an emptied batch, reused as the next pending slice: none allocated per batch
 	active    int            // flushers running (stalled ones too), and a caller sending inline
 	parked    int            // flushers waiting on wake for another batch (see flush)
-	wake      chan bool      // to a parked flusher: true, send; false, exit
+	wake      chan wakeup    // to a parked flusher: what to do
 	closed    bool           // Close was called: flushers end rather than park
 	inflight  int            // calls in batches being sent, until their flusher next takes mu
 	scratch   []*execScratch // idle flushers' scratch, reused by the next
@@ -123,7 +124,7 @@ func newBatcher(client redis.UniversalClient, script *luaScript, rules int, rule
 	b := &batcher{client: client, flushers: 3, maxBatch: 512, execLimit: 30 * time.Second,
 		inline: enforcesDeadlines(client), script: script, rules: rules, ruleArgs: ruleArgs, grouping: groupNone,
 		stalls: poolSize(client), load: &cpuBound}
-	b.wake = make(chan bool, b.flushers+b.stalls)
+	b.wake = make(chan wakeup, b.flushers+b.stalls)
 	b.failed.dials = watchDials(client)
 	switch c := client.(type) {
 	case *redis.Client:
@@ -281,6 +282,14 @@ func timedOut(c *call, err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }
 
+// wakeup is what a parked flusher is woken for: to send a share of
+// another flusher's batch (see newShare), to send what is pending (send),
+// or to end (neither).
+type wakeup struct {
+	share *execScratch
+	send  bool
+}
+
 // handOver gives a place in active, just counted, to a parked flusher, with
 // b.mu held. It reports false when one took it, and true when none was
 // parked: the caller then starts a flusher (go b.flush(nil, 0)) once it has
@@ -292,7 +301,7 @@ func (b *batcher) handOver() bool {
 	b.parked--
 	// Each signal has a flusher waiting for it or about to, which needs
 	// no lock to take it: wake's room only spares the wait.
-	b.wake <- true
+	b.wake <- wakeup{send: true}
 	return false
 }
 
@@ -305,7 +314,7 @@ func (b *batcher) releaseParked() {
 		return
 	}
 	for ; b.parked > 0; b.parked-- {
-		b.wake <- false
+		b.wake <- wakeup{}
 	}
 }
 
@@ -468,10 +477,15 @@ func (b *batcher) flush(x *execScratch, sent int) {
 			}
 			b.parked++
 			b.mu.Unlock()
-			if !<-b.wake {
+			w := <-b.wake
+			switch {
+			case w.share != nil:
+				x, done, sent = w.share, nil, b.sendShare(w.share)
+			case w.send:
+				x, done, sent = nil, nil, 0 // woken with a place in active
+			default:
 				return
 			}
-			x, done, sent = nil, nil, 0 // woken with a place in active
 			continue
 		}
 		batch := b.pending

@@ -3,9 +3,11 @@ package core_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -115,4 +117,58 @@ func scriptCalls(t *testing.T, cl *redistest.Cluster) int64 {
 		}
 	}
 	return n
+}
+
+// testClusterFlushersStayFew decides keys of every master from 64
+// goroutines for a while: each batch's shares go to flushers of their own
+// (one per master), which must be the flushers already parked, not new
+// goroutines that then park and stay. The goroutines beside the callers
+// stay a few dozen at most, and none is left once the load stops.
+func testClusterFlushersStayFew(t *testing.T, cl *redistest.Cluster) {
+	cc := cl.Client(t)
+	ctx := context.Background()
+	lim, err := core.New(cc, core.GCRA, core.PerSecond(1_000_000), core.WithPrefix(fmt.Sprintf("few-%d", time.Now().UnixNano())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lim.Close()
+	const goroutines = 64
+	before := runtime.NumGoroutine()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var decided atomic.Int64
+	for g := 0; g < goroutines; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := g; ; i += goroutines {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := lim.Allow(ctx, "user-"+strconv.Itoa(i%5000)); err == nil {
+					decided.Add(1)
+				}
+			}
+		}(g)
+	}
+	most := 0
+	for i := 0; i < 15; i++ {
+		time.Sleep(100 * time.Millisecond)
+		most = max(most, runtime.NumGoroutine()-before-goroutines)
+	}
+	close(stop)
+	wg.Wait()
+	t.Logf("%d decisions; at most %d goroutines beside the callers", decided.Load(), most)
+	if most > 100 {
+		t.Errorf("%d goroutines beside the %d callers during the load, want a few dozen at most", most, goroutines)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine() - before; n > 0 {
+		t.Errorf("%d goroutines left once the load stopped", n)
+	}
 }

@@ -240,11 +240,12 @@ func (b *batcher) shareOut(x *execScratch) (handed int) {
 	b.mu.Lock()
 	now := time.Now()
 	for _, n := range x.byNode[1:] {
-		y := b.newShare(n.g.calls, now)
-		handed += len(y.batch)
+		handed += len(n.g.calls)
+		if y := b.newShare(n.g.calls, now); y != nil {
+			out = append(out, y)
+		}
 		clear(n.g.calls)
 		n.g.calls, n.g.answered = n.g.calls[:0], true
-		out = append(out, y)
 	}
 	// x.batch keeps its calls bound for the first master, and those that
 	// went unsent or have no master named
@@ -290,12 +291,16 @@ func (b *batcher) shareOthers(x *execScratch) (handed int) {
 	clear(x.batch[len(kept):])
 	x.batch = kept
 	b.mu.Unlock()
-	go b.flushShare(y)
+	if y != nil {
+		go b.flushShare(y)
+	}
 	return len(others)
 }
 
-// newShare returns an idle scratch holding calls as its batch, sent now,
-// and counts its flusher in active, with b.mu held.
+// newShare takes an idle scratch, holding a copy of calls as its batch,
+// sent now, and gives it to a flusher of its own, with b.mu held: a parked
+// one, woken for it (newShare returns nil), or else one the caller starts
+// (go flushShare) on the scratch it returns, once it has released b.mu.
 func (b *batcher) newShare(calls []*call, now time.Time) *execScratch {
 	var y *execScratch
 	if k := len(b.scratch); k > 0 {
@@ -305,20 +310,32 @@ func (b *batcher) newShare(calls []*call, now time.Time) *execScratch {
 		b.scratches = append(b.scratches, y)
 	}
 	y.own = append(y.own[:0], calls...)
-	y.batch, y.sentAt, y.share = y.own, now, true
-	b.active++ // y's flusher: see flushShare
+	y.batch, y.sentAt = y.own, now
+	b.active++ // y's flusher
+	if b.parked > 0 {
+		b.parked--
+		b.wake <- wakeup{share: y} // see handOver
+		return nil
+	}
 	return y
 }
 
 // flushShare sends y's share of another flusher's batch (see shareOut),
-// then goes on as a flusher. Its calls count in flight (b.inflight) until
-// it is done with them, as a flusher's batch does.
+// then goes on as a flusher.
 func (b *batcher) flushShare(y *execScratch) {
+	b.flush(y, b.sendShare(y))
+}
+
+// sendShare sends y's share of another flusher's batch and returns how
+// many of its calls still count in flight (b.inflight), as a flusher's
+// batch does until its flusher next takes b.mu.
+func (b *batcher) sendShare(y *execScratch) int {
+	y.share = true
 	sent := len(y.batch)
 	sent -= b.exec(y, y.batch)
 	clear(y.own) // the calls go back to their callers' pool
 	y.share = false
-	b.flush(y, sent)
+	return sent
 }
 
 // answer claims the calls of the batch's groups and writes their answers,
