@@ -26,8 +26,9 @@ func TestCluster(t *testing.T) {
 	t.Run("ExactAdmission", func(t *testing.T) { testClusterExactAdmission(t, cl) })
 	t.Run("OneCallPerMaster", func(t *testing.T) { testClusterOneCallPerMaster(t, cl) })
 	t.Run("FlushersStayFew", func(t *testing.T) { testClusterFlushersStayFew(t, cl) })
-	t.Run("OneMasterHangs", func(t *testing.T) { testClusterOneMasterHangs(t, cl, false) })
-	t.Run("OneMasterHangsHealthCheck", func(t *testing.T) { testClusterOneMasterHangs(t, cl, true) })
+	t.Run("OneMasterHangs", func(t *testing.T) { testClusterOneMasterHangs(t, cl, false, false) })
+	t.Run("OneMasterHangsHealthCheck", func(t *testing.T) { testClusterOneMasterHangs(t, cl, true, false) })
+	t.Run("OneMasterHangsBySlot", func(t *testing.T) { testClusterOneMasterHangs(t, cl, true, true) })
 	t.Run("Failover", func(t *testing.T) { testClusterFailover(t, cl) })
 }
 

@@ -15,16 +15,19 @@ import (
 
 // testClusterOneMasterHangs pauses one master of the cluster (CLIENT PAUSE
 // ALL: it takes connections and commands but runs none, as a master
-// whose host has stopped answering) while 48 goroutines decide keys of
-// every master. Batches bound for several masters are sent to each on its
-// own: the decisions on the live masters' keys are answered throughout,
-// and only those on the paused master's keys fail. With the health check
+// whose host has stopped answering) while 48 goroutines decide and Reset
+// keys of every master. Batches bound for several masters are sent to each
+// on its own, Resets (DELs) and the breakers' probes too: the decisions
+// and Resets on the live masters' keys are answered throughout, and only
+// those on the paused master's keys fail. With the health check
 // off, they fail at the limiter's timeout: what is measured is the sending
 // alone. With it on, the paused master's breaker opens, and its keys'
 // decisions are answered at once by the failure mode until the master
 // answers again, while the live masters' keys go to Redis: the limiter
 // reports Unhealthy meanwhile, and its hook sees one change each way.
-func testClusterOneMasterHangs(t *testing.T, cl *redistest.Cluster, healthCheck bool) {
+// bySlot groups the decisions by slot, as on Redis 6 masters: the same
+// holds.
+func testClusterOneMasterHangs(t *testing.T, cl *redistest.Cluster, healthCheck, bySlot bool) {
 	cc := cl.Client(t)
 	ctx := context.Background()
 	shards, err := cl.Shards(ctx)
@@ -47,6 +50,9 @@ func testClusterOneMasterHangs(t *testing.T, cl *redistest.Cluster, healthCheck 
 	lim, err := core.New(cc, core.GCRA, core.PerSecond(1_000_000), opts...)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if bySlot {
+		core.GroupBySlot(lim)
 	}
 	defer lim.Close()
 	keys := make([]string, 600)
@@ -79,7 +85,12 @@ func testClusterOneMasterHangs(t *testing.T, cl *redistest.Cluster, healthCheck 
 				}
 				k := i % len(keys)
 				in := during.Load()
-				_, err := lim.Allow(ctx, keys[k])
+				var err error
+				if i%4 == 3 {
+					err = lim.Reset(ctx, keys[k]) // a DEL, sent beside the scripts
+				} else {
+					_, err = lim.Allow(ctx, keys[k])
+				}
 				if !in || !during.Load() {
 					continue // counted only when wholly within the pause
 				}

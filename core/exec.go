@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -28,8 +29,9 @@ type execScratch struct {
 	moved    []*call // requests a master answered as not its own (see answer)
 	movedErr error   // what it said
 
-	share bool    // its batch is one master's share of another's (see shareOut)
-	own   []*call // the array of its batch when it is a share
+	share    bool    // its batch is one master's share of another's (see shareOut)
+	own      []*call // the array of its batch when it is a share
+	shareBuf []*call // a share being gathered (see shareOut)
 }
 
 // group returns an empty group of the current batch.
@@ -61,8 +63,14 @@ func (x *execScratch) groupOf(ctx context.Context, b *batcher, c *call) *scriptG
 		// By the master that the client's slot map names: the call goes
 		// to that master, and a request whose slot has moved meanwhile is
 		// answered by the script as such and sent again on its own.
-		if node, err := b.cluster.MasterForKey(ctx, slotKeys()[c.slot]); err == nil {
-			c.node.Store(node)
+		node := c.node.Load() // named by shareOut, most often
+		if node == nil {
+			if n, err := b.cluster.MasterForKey(ctx, slotKeys()[c.slot]); err == nil {
+				node = n
+				c.node.Store(n)
+			}
+		}
+		if node != nil {
 			for _, n := range x.byNode {
 				if n.node == node {
 					return n.g
@@ -137,7 +145,7 @@ func (b *batcher) exec(x *execScratch, batch []*call) (handed int) {
 	defer ctx.disarm()
 
 	if b.grouping == groupNode {
-		if handed = b.shareOthers(x); handed > 0 {
+		if handed = b.shareOut(ctx, x); handed > 0 {
 			batch = x.batch
 		}
 	}
@@ -190,28 +198,9 @@ func (b *batcher) exec(x *execScratch, batch []*call) (handed int) {
 		g := x.groupOf(ctx, b, c)
 		g.calls = append(g.calls, c)
 	}
-	if b.grouping == groupNode && !x.share {
-		n := int32(len(x.byNode))
-		b.masters.Store(n)
-		for m := b.mostMasters.Load(); n > m && !b.mostMasters.CompareAndSwap(m, n); {
-			m = b.mostMasters.Load()
-		}
-	}
-	if len(x.byNode) > 1 {
-		handed += b.shareOut(x)
-	}
 	groups := x.groups[:x.used]
-	sending := 0
 	for _, g := range groups {
-		if !g.answered {
-			sending++
-		}
-	}
-	for _, g := range groups {
-		if g.answered {
-			continue // shared out
-		}
-		g.alone = sending == 1
+		g.alone = len(groups) == 1
 		g.build(ctx, b.script, b.ruleArgs)
 		_ = pipe.Process(ctx, scriptCmd{g.cmd})
 	}
@@ -225,30 +214,61 @@ func (b *batcher) exec(x *execScratch, batch []*call) (handed int) {
 	return handed
 }
 
-// shareOut hands the groups bound for every master but the first to
-// flushers of their own (see flushShare): each master's share of a batch
-// is sent, and answered, on its own. One pipeline to several masters
-// returns when the slowest does, and a master that hangs (its host gone,
-// or stopped) would hold every decision bound for the live masters beside
-// its own until their callers' deadlines: on a busy limiter, where most
-// batches reach every master, all of them. The groups handed over stay in
-// x, emptied and marked answered; x.batch keeps only x's own calls.
-func (b *batcher) shareOut(x *execScratch) (handed int) {
-	var shares [8]*execScratch
-	out := shares[:0]
-	first := x.byNode[0].node
-	b.mu.Lock()
+// shareOut names the master of each call of x's batch from the client's
+// slot map, and hands the calls bound for every master but the first to
+// flushers of their own (see newShare), one per master: each master's
+// share of a batch is sent, and answered, on its own, its DELs and probes
+// with it. One pipeline to several masters returns when the slowest does,
+// and a master that hangs (its host gone, or stopped) would hold every
+// call bound for the live masters beside its own until their callers'
+// deadlines: on a busy limiter, where most batches reach every master,
+// all of them. x.batch keeps the first master's calls, and those whose
+// master the client could not name (they go by slot, see groupOf). It
+// returns how many calls it handed over.
+func (b *batcher) shareOut(ctx context.Context, x *execScratch) (handed int) {
+	var masters [8]*redis.Client
+	seen := masters[:0]
 	now := time.Now()
-	for _, n := range x.byNode[1:] {
-		handed += len(n.g.calls)
-		if y := b.newShare(n.g.calls, now); y != nil {
+	for _, c := range x.batch {
+		node := c.node.Load()
+		if node == nil && c.stillWaits(now) {
+			var err error
+			if node, err = b.cluster.MasterForKey(ctx, slotKeys()[c.slot]); err == nil {
+				c.node.Store(node)
+			}
+		}
+		if node != nil && !slices.Contains(seen, node) {
+			seen = append(seen, node)
+		}
+	}
+	if !x.share {
+		n := int32(len(seen))
+		b.masters.Store(n)
+		for m := b.mostMasters.Load(); n > m && !b.mostMasters.CompareAndSwap(m, n); {
+			m = b.mostMasters.Load()
+		}
+	}
+	if len(seen) < 2 {
+		return 0
+	}
+	first := seen[0]
+	var started [8]*execScratch
+	out := started[:0]
+	b.mu.Lock()
+	for _, node := range seen[1:] {
+		share := x.shareBuf[:0]
+		for _, c := range x.batch {
+			if c.node.Load() == node {
+				share = append(share, c)
+			}
+		}
+		x.shareBuf = share[:0]
+		handed += len(share)
+		if y := b.newShare(share, now); y != nil {
 			out = append(out, y)
 		}
-		clear(n.g.calls)
-		n.g.calls, n.g.answered = n.g.calls[:0], true
+		clear(share)
 	}
-	// x.batch keeps its calls bound for the first master, and those that
-	// went unsent or have no master named
 	kept := x.batch[:0]
 	for _, c := range x.batch {
 		if node := c.node.Load(); node == nil || node == first {
@@ -262,39 +282,6 @@ func (b *batcher) shareOut(x *execScratch) (handed int) {
 		go b.flushShare(y)
 	}
 	return handed
-}
-
-// shareOthers hands the DELs and probes of x's batch to a flusher of their
-// own (see flushShare), on a cluster, when the batch holds script calls
-// too: they go first, in a pipeline of their own (see exec), and a DEL or
-// probe bound for a master that hangs (a breaker's probe is) would hold
-// every decision of the batch. x.batch keeps its script calls.
-func (b *batcher) shareOthers(x *execScratch) (handed int) {
-	var buf [4]*call
-	others := buf[:0]
-	for _, c := range x.batch {
-		if c.kind != callScript {
-			others = append(others, c)
-		}
-	}
-	if len(others) == 0 || len(others) == len(x.batch) {
-		return 0
-	}
-	b.mu.Lock()
-	y := b.newShare(others, time.Now())
-	kept := x.batch[:0]
-	for _, c := range x.batch {
-		if c.kind == callScript {
-			kept = append(kept, c)
-		}
-	}
-	clear(x.batch[len(kept):])
-	x.batch = kept
-	b.mu.Unlock()
-	if y != nil {
-		go b.flushShare(y)
-	}
-	return len(others)
 }
 
 // newShare takes an idle scratch, holding a copy of calls as its batch,

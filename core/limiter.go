@@ -124,7 +124,7 @@ func NewPolicy(client redis.UniversalClient, rules []Rule, opts ...Option) (*Lim
 		l.suffixes = append(l.suffixes, "}:"+l.fp+":"+strconv.Itoa(i))
 	}
 	// "#probe" is no stored key: those that begin with '#' are a hash.
-	l.probeKey = o.prefix + ":{#probe}:" + l.fp
+	l.probeKey = o.prefix + ":{" + probeTag + "}:" + l.fp
 	if o.denyCache > 0 {
 		l.denied = newDenyCache(o.denyCache)
 	}
@@ -296,7 +296,9 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	// its batch's scripts are still out: its call may still be read there
 	// (see exec), so it is not put back in the pool. Both are rare.
 	c := getCall(callDel)
-	c.keys = l.appendKeys(c.keys, storedKey(key))
+	stored := storedKey(key)
+	c.keys = l.appendKeys(c.keys, stored)
+	c.slot = clusterSlot(stored) // on a cluster, its master's share (see shareOut)
 	_, err := l.batch.do(ctx, l.opts.timeout, c)
 	if l.denied != nil {
 		// Again: a denial decided before the DEL ran (a decision sent
@@ -319,14 +321,15 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 // under noeviction (OOM). On a Cluster the write reaches one node only,
 // that of the probe key's slot.
 func (l *Limiter) probe(ctx context.Context) error {
-	return l.probeAt(ctx, l.probeKey)
+	return l.probeAt(ctx, l.probeKey, clusterSlot(probeTag))
 }
 
-// probeAt is a probe writing key: the limiter's probe key, or a cluster
-// master's (see masterHealth).
-func (l *Limiter) probeAt(ctx context.Context, key string) error {
+// probeAt is a probe writing key, of slot: the limiter's probe key, or a
+// cluster master's (see masterHealth).
+func (l *Limiter) probeAt(ctx context.Context, key string, slot int) error {
 	c := getCall(callProbe) // not put back: see Reset
 	c.keys = append(c.keys[:0], keyArg{b: []byte(key)})
+	c.slot = slot
 	_, err := l.batch.do(ctx, 0, c)
 	if err == nil {
 		err = c.err
@@ -336,6 +339,9 @@ func (l *Limiter) probeAt(ctx context.Context, key string) error {
 	}
 	return err
 }
+
+// probeTag is the hash tag of the limiter's probe key.
+const probeTag = "#probe"
 
 // decide asks Redis, or the failure mode when Redis cannot be asked.
 func (l *Limiter) decide(ctx context.Context, key string, consume bool, n int) (Result, error) {

@@ -73,7 +73,8 @@ func (m *masterHealth) of(node *redis.Client) *masterBreaker {
 	}
 	h := &masterBreaker{}
 	h.health = m.l.newHealth(func(ctx context.Context) error {
-		return m.l.probeAt(ctx, m.l.slotProbeKey(int(h.slot.Load())))
+		slot := int(h.slot.Load())
+		return m.l.probeAt(ctx, m.l.slotProbeKey(slot), slot)
 	}, m.hook)
 	by := make(map[string]*masterBreaker, 1)
 	if old != nil {
@@ -132,10 +133,12 @@ func (m *masterHealth) unhealthy() bool {
 	return false
 }
 
-// close stops every master's breaker for good.
+// close stops every master's breaker for good. (A stopped breaker ends
+// open without reporting: decisions no longer look for their master's.)
 func (m *masterHealth) close() {
 	m.mu.Lock()
 	m.closed = true
+	m.open.Store(0)
 	by := m.byAddr.Load()
 	m.mu.Unlock()
 	if by != nil {

@@ -1,0 +1,6 @@
+package core
+
+// GroupBySlot makes l group its decisions by slot, as it does on a cluster
+// whose masters refused the script's node form (Redis before 7: see
+// slotsOnly), for the tests of package core_test.
+func GroupBySlot(l *Limiter) { l.batch.slotsOnly.Store(true) }
