@@ -356,6 +356,11 @@ func (l *Limiter) decide(ctx context.Context, key string, consume bool, n int) (
 	res, h, err := l.run(ctx, key, consume, n)
 	if err == nil {
 		h.success()
+		if h != &l.health {
+			// a master's: any answer ends a run of failures of the
+			// limiter's own too (those of decisions with no master named)
+			l.health.success()
+		}
 		if l.local != nil {
 			l.local.tidy()
 		}
