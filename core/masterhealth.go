@@ -153,23 +153,70 @@ func (m *masterHealth) close() {
 // limiter's own or, on a cluster, a master's), Healthy when the last open
 // one closes. Each breaker reports its own changes in order (see
 // health.hookMu), each Unhealthy before its Healthy.
+//
+// The hook is not called with mu held: a hook that decides (to log, say)
+// may make another breaker open, whose report must not wait for the hook
+// to return. A change is queued, and whoever finds no one delivering
+// delivers the queue, in order, one change at a time; a change reported
+// meanwhile, from the hook or another goroutine, is delivered after.
 type healthChanges struct {
-	mu   sync.Mutex
-	open int
-	fn   func(Health, error)
+	mu         sync.Mutex
+	open       int
+	fn         func(Health, error)
+	queue      []healthChange
+	delivering bool
+}
+
+type healthChange struct {
+	h   Health
+	err error
 }
 
 func (c *healthChanges) report(s Health, err error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	before := c.open
 	if s == Unhealthy {
 		c.open++
 	} else {
 		c.open--
 	}
-	if c.fn != nil && (before == 0) != (c.open == 0) {
-		c.fn(s, err)
+	if c.fn == nil || (before == 0) == (c.open == 0) {
+		c.mu.Unlock()
+		return
+	}
+	c.queue = append(c.queue, healthChange{s, err})
+	if c.delivering {
+		c.mu.Unlock()
+		return
+	}
+	c.delivering = true
+	c.mu.Unlock()
+	c.deliver()
+}
+
+// deliver calls the hook with each change queued, until none is left.
+// (Should the hook panic, the next change is delivered by whoever reports
+// it.)
+func (c *healthChanges) deliver() {
+	done := false
+	defer func() {
+		if !done {
+			c.mu.Lock()
+			c.queue, c.delivering = nil, false
+			c.mu.Unlock()
+		}
+	}()
+	for {
+		c.mu.Lock()
+		if len(c.queue) == 0 {
+			c.queue, c.delivering, done = nil, false, true
+			c.mu.Unlock()
+			return
+		}
+		next := c.queue[0]
+		c.queue = c.queue[1:]
+		c.mu.Unlock()
+		c.fn(next.h, next.err)
 	}
 }
 

@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -49,5 +50,41 @@ func TestClusterOwnBreakerCountsConsecutiveFailures(t *testing.T) {
 	defer mu.Unlock()
 	if h := lim.Health(); h != Healthy || len(changes) > 0 {
 		t.Errorf("after four isolated failures among 400 answers: Health() = %v, the hook saw %v; want Healthy, nothing", h, changes)
+	}
+}
+
+// TestHealthHookMayCallTheLimiter: a hook that decides (say, to log a
+// decision) while the first breaker opens may make a second breaker open
+// (another master failing too): that report must not wait for the first
+// to end, and the hook still sees one change, in order.
+func TestHealthHookMayCallTheLimiter(t *testing.T) {
+	var changes healthChanges
+	l := &Limiter{opts: options{failures: 1, maxBackoff: time.Second}}
+	probe := func(context.Context) error { return errors.New("still down") }
+	second := l.newHealth(probe, changes.report)
+	first := l.newHealth(probe, changes.report)
+	defer first.close()
+	defer second.close()
+	var seen []Health
+	changes.fn = func(h Health, err error) {
+		seen = append(seen, h)
+		if h == Unhealthy {
+			second.failure(err) // the hook's own decision fails on another master
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		first.failure(errors.New("down"))
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first breaker's failure still waits 5s on its hook, which opened a second breaker")
+	}
+	changes.mu.Lock()
+	defer changes.mu.Unlock()
+	if len(seen) != 1 || seen[0] != Unhealthy {
+		t.Errorf("the hook saw %v, want [Unhealthy]", seen)
 	}
 }

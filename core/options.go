@@ -79,7 +79,8 @@ func WithHealthCheck(failures int, maxBackoff time.Duration) Option {
 // that made it unhealthy (nil when it recovers), one change at a time and
 // in order. On a Redis Cluster it reports Unhealthy when a first master's
 // check fails and Healthy when the last failing one recovers. fn runs on
-// the goroutine that noticed the change and must not block.
+// a goroutine that noticed a change, and must not block; it may use the
+// limiter.
 func WithHealthHook(fn func(Health, error)) Option {
 	return func(o *options) { o.onHealth = fn }
 }
