@@ -31,7 +31,13 @@ func TestClusterOwnBreakerCountsConsecutiveFailures(t *testing.T) {
 	defer lim.Close()
 	for round := 0; round < 4; round++ {
 		b := lim.batch
-		b.mu.Lock()
+		for wait := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+			b.mu.Lock()
+			if b.active == 0 || time.Now().After(wait) {
+				break // (held) the last round's flusher has ended
+			}
+			b.mu.Unlock()
+		}
 		b.active += 1000 // no flusher may start: the next decision waits out its timeout
 		b.mu.Unlock()
 		if _, err := lim.Allow(ctx, "queued"); err == nil {
