@@ -349,7 +349,7 @@ func (l *Limiter) decide(ctx context.Context, key string, consume bool, n int) (
 		return l.fallback(key, consume, n, l.health.err())
 	}
 	if l.masters != nil {
-		if h := l.masters.openFor(clusterSlot(storedKey(key))); h != nil {
+		if h := l.masters.openFor(key); h != nil {
 			return l.fallback(key, consume, n, h.err())
 		}
 	}

@@ -85,15 +85,16 @@ func (m *masterHealth) of(node *redis.Client) *masterBreaker {
 	return h
 }
 
-// openFor returns the breaker of the master that serves slot when it is
-// open, and nil otherwise; the breaker's probe then writes a key of slot.
-// It asks the client's slot map only while some breaker is open: the map
-// is there by then (a breaker is made for a master the map named), so the
-// lookup does not wait on Redis.
-func (m *masterHealth) openFor(slot int) *health {
+// openFor returns the breaker of the master that serves key's slot when
+// it is open, and nil otherwise; the breaker's probe then writes a key of
+// that slot. It finds the slot, and asks the client's slot map, only
+// while some breaker is open: the map is there by then (a breaker is made
+// for a master the map named), so the lookup does not wait on Redis.
+func (m *masterHealth) openFor(key string) *health {
 	if m.open.Load() <= 0 {
 		return nil
 	}
+	slot := clusterSlot(storedKey(key))
 	node, err := m.cluster.MasterForKey(context.Background(), slotKeys()[slot])
 	if err != nil {
 		return nil
