@@ -2,7 +2,6 @@ package core
 
 import (
 	"context"
-	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -212,117 +211,6 @@ func (b *batcher) exec(x *execScratch, batch []*call) (handed int) {
 	b.resend(ctx, x)
 	b.answer(ctx, x, false)
 	return handed
-}
-
-// shareOut names the master of each call of x's batch from the client's
-// slot map, and hands the calls bound for every master but the first to
-// flushers of their own (see newShare), one per master: each master's
-// share of a batch is sent, and answered, on its own, its DELs and probes
-// with it. One pipeline to several masters returns when the slowest does,
-// and a master that hangs (its host gone, or stopped) would hold every
-// call bound for the live masters beside its own until their callers'
-// deadlines: on a busy limiter, where most batches reach every master,
-// all of them. x.batch keeps the first master's calls, and those whose
-// master the client could not name (they go by slot, see groupOf). It
-// returns how many calls it handed over.
-func (b *batcher) shareOut(ctx context.Context, x *execScratch) (handed int) {
-	var masters [8]*redis.Client
-	seen := masters[:0]
-	now := time.Now()
-	for _, c := range x.batch {
-		node := c.node.Load()
-		if node == nil && c.stillWaits(now) {
-			var err error
-			if node, err = b.cluster.MasterForKey(ctx, slotKeys()[c.slot]); err == nil {
-				c.node.Store(node)
-			}
-		}
-		if node != nil && !slices.Contains(seen, node) {
-			seen = append(seen, node)
-		}
-	}
-	if !x.share {
-		n := int32(len(seen))
-		b.masters.Store(n)
-		for m := b.mostMasters.Load(); n > m && !b.mostMasters.CompareAndSwap(m, n); {
-			m = b.mostMasters.Load()
-		}
-	}
-	if len(seen) < 2 {
-		return 0
-	}
-	first := seen[0]
-	var started [8]*execScratch
-	out := started[:0]
-	b.mu.Lock()
-	for _, node := range seen[1:] {
-		share := x.shareBuf[:0]
-		for _, c := range x.batch {
-			if c.node.Load() == node {
-				share = append(share, c)
-			}
-		}
-		x.shareBuf = share[:0]
-		handed += len(share)
-		if y := b.newShare(share, now); y != nil {
-			out = append(out, y)
-		}
-		clear(share)
-	}
-	kept := x.batch[:0]
-	for _, c := range x.batch {
-		if node := c.node.Load(); node == nil || node == first {
-			kept = append(kept, c)
-		}
-	}
-	clear(x.batch[len(kept):])
-	x.batch = kept
-	b.mu.Unlock()
-	for _, y := range out {
-		go b.flushShare(y)
-	}
-	return handed
-}
-
-// newShare takes an idle scratch, holding a copy of calls as its batch,
-// sent now, and gives it to a flusher of its own, with b.mu held: a parked
-// one, woken for it (newShare returns nil), or else one the caller starts
-// (go flushShare) on the scratch it returns, once it has released b.mu.
-func (b *batcher) newShare(calls []*call, now time.Time) *execScratch {
-	var y *execScratch
-	if k := len(b.scratch); k > 0 {
-		y, b.scratch = b.scratch[k-1], b.scratch[:k-1]
-	} else {
-		y = &execScratch{}
-		b.scratches = append(b.scratches, y)
-	}
-	y.own = append(y.own[:0], calls...)
-	y.batch, y.sentAt = y.own, now
-	b.active++ // y's flusher
-	if b.parked > 0 {
-		b.parked--
-		b.wake <- wakeup{share: y} // see handOver
-		return nil
-	}
-	return y
-}
-
-// flushShare sends y's share of another flusher's batch (see shareOut),
-// then goes on as a flusher.
-func (b *batcher) flushShare(y *execScratch) {
-	b.flush(y, b.sendShare(y))
-}
-
-// sendShare sends y's share of another flusher's batch and returns how
-// many of its calls still count in flight (b.inflight), as a flusher's
-// batch does until its flusher next takes b.mu.
-func (b *batcher) sendShare(y *execScratch) int {
-	y.share = true
-	sent := len(y.batch)
-	sent -= b.exec(y, y.batch)
-	clear(y.own) // the calls go back to their callers' pool
-	y.share = false
-	return sent
 }
 
 // answer claims the calls of the batch's groups and writes their answers,
