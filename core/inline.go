@@ -60,7 +60,7 @@ func (b *batcher) sendOwn(c *call, bounded *redis.Client) error {
 	case callScript:
 		if b.cluster != nil {
 			// the master its failure counts against (see masterHealth)
-			if node, err := b.cluster.MasterForKey(ctx, slotKeys()[c.slot]); err == nil {
+			if node, e := b.cluster.MasterForKey(ctx, slotKeys()[c.slot]); e == nil {
 				c.node.Store(node)
 			}
 		}
