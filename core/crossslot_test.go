@@ -159,6 +159,7 @@ func TestCrossSlotCall(t *testing.T) {
 	t.Run("GivenUpWhenNotHere", func(t *testing.T) { testCrossGivenUp(t, cl, shards, callAbandoned) })
 	t.Run("ExpiredWhenNotHere", func(t *testing.T) { testCrossGivenUp(t, cl, shards, callExpired) })
 	t.Run("ClusterDown", func(t *testing.T) { testCrossClusterDown(t, cl, shards) })
+	t.Run("RedirectLoop", func(t *testing.T) { testCrossRedirectLoop(t, cl, shards) })
 	t.Run("ReplyOffsets", func(t *testing.T) { testCrossReplyOffsets(t, cl, shards, false) })
 	t.Run("ReplyOffsetsPolicy", func(t *testing.T) { testCrossReplyOffsets(t, cl, shards, true) })
 	t.Run("StaleAfterFailover", func(t *testing.T) { testCrossStaleAfterFailover(t, cl, shards) }) // last: it changes the masters
@@ -200,6 +201,97 @@ func testCrossAskOnRoutingKey(t *testing.T, cl *redistest.Cluster, shards []redi
 			t.Errorf("%s: allowed %v, %v; want admitted", k, allowed[2*i], e)
 		}
 	}
+}
+
+// testCrossRedirectLoop: slot S of master A is marked as migrating to
+// master B before B is told to import it (a migration tool that does
+// these in the wrong order, or B's replica promoted mid-migration, which
+// knows nothing of the import). A new key of S is then redirected for
+// ever: A answers ASK (the key is not on A), B answers MOVED back to A
+// (S is neither B's nor being imported). go-redis follows a few
+// redirects, then returns the last one's error. The script never ran, so
+// sluice sends the decision again, after a pause, and once B imports S
+// it is decided there: the caller never sees a raw MOVED or ASK. Once
+// alone, then as part of a batch of one master's slots.
+func testCrossRedirectLoop(t *testing.T, cl *redistest.Cluster, shards []redistest.Shard) {
+	ctx := context.Background()
+	cc := cl.Client(t)
+	a, b := shards[0], shards[1]
+	prefix := fmt.Sprintf("cross-loop-%d", time.Now().UnixNano())
+	lim := newOn(t, cc, FixedWindow, PerHour(5), WithPrefix(prefix), WithTimeout(10*time.Second))
+	defer lim.Close()
+	base := a.Slots[0][0] + 80
+	here0, here1 := keyInSlot(t, "h0-", base+1), keyInSlot(t, "h1-", base+2)
+	for _, k := range []string{here0, here1} { // the script loaded, the map too
+		if _, err := lim.Allow(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	na, nb := cl.Node(a.Master), cl.Node(b.Master)
+	movedOnB := func() int64 {
+		info, err := nb.Info(ctx, "errorstats").Result()
+		if err != nil {
+			t.Errorf("INFO errorstats on %s: %v", b.Master, err)
+			return 0
+		}
+		for _, line := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "errorstat_MOVED:count="); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				return n
+			}
+		}
+		return 0
+	}
+	// loop makes slot s loop, runs decide, and, once B has answered MOVED
+	// twice (go-redis gave up the first send), has B import s.
+	loop := func(s int, decide func()) {
+		t.Helper()
+		if err := na.Do(ctx, "CLUSTER", "SETSLOT", s, "MIGRATING", b.MasterID).Err(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			// The key decided lives on B: S is B's from now on.
+			for _, n := range []string{b.Master, a.Master, shards[2].Master} {
+				if err := cl.Node(n).Do(ctx, "CLUSTER", "SETSLOT", s, "NODE", b.MasterID).Err(); err != nil {
+					t.Errorf("SETSLOT %d NODE on %s: %v", s, n, err)
+				}
+			}
+		}()
+		before := movedOnB()
+		fixed := make(chan struct{})
+		go func() {
+			defer close(fixed)
+			for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(time.Millisecond) {
+				if movedOnB()-before >= 2 {
+					break
+				}
+			}
+			if err := nb.Do(ctx, "CLUSTER", "SETSLOT", s, "IMPORTING", a.MasterID).Err(); err != nil {
+				t.Errorf("SETSLOT %d IMPORTING on %s: %v", s, b.Master, err)
+			}
+		}()
+		decide()
+		<-fixed
+		if n := movedOnB() - before; n < 2 {
+			t.Errorf("slot %d: %s answered MOVED %d times; want the loop seen (2 or more)", s, b.Master, n)
+		}
+	}
+	lone := keyInSlot(t, "lone-", base)
+	loop(base, func() {
+		if r, err := lim.Allow(ctx, lone); err != nil || !r.Allowed || r.Remaining != 4 {
+			t.Errorf("alone, %s of slot %d: %+v, %v; want admitted, 4 left", lone, base, r, err)
+		}
+	})
+	away := keyInSlot(t, "away-", base+3)
+	loop(base+3, func() {
+		reqs := []crossReq{{here0, true, 1}, {away, true, 1}, {here1, true, 1}}
+		res, errs := crossDecide(t, lim, reqs)
+		for i, want := range []int{3, 4, 3} {
+			if errs[i] != nil || !res[i].Allowed || res[i].Remaining != want {
+				t.Errorf("in a batch, request %d %+v: %+v, %v; want admitted, %d left", i, reqs[i], res[i], errs[i], want)
+			}
+		}
+	})
 }
 
 // testCrossReplyOffsets: one batch bound for one master mixes AllowN of

@@ -31,7 +31,17 @@ type refusal struct {
 // of memory under noeviction), BUSY (another script runs too long) and
 // NOREPLICAS (min-replicas-to-write) refuse every decision too, but are
 // not resent: a pause of milliseconds would not end them.
+//
+// MOVED and ASK reach sluice only when go-redis has followed as many
+// redirects as its MaxRedirects allows (3 by default) and the last still
+// pointed elsewhere: a slot caught between two masters' views while it
+// moves (a master migrating it to one not yet importing it, as when the
+// importing master's replica took over mid-migration), or slot maps that
+// disagree for a moment. Nothing ran; a pause may see the migration move
+// on, and go-redis reloads its slot map meanwhile.
 var refusals = [...]refusal{
+	{"MOVED ", nil, true},
+	{"ASK ", nil, true},
 	{"LOADING", redis.IsLoadingError, true},
 	{"READONLY", redis.IsReadOnlyError, true},
 	{"MASTERDOWN", redis.IsMasterDownError, true},
