@@ -37,14 +37,7 @@ var (
 // (this process's). Every library has a client of its own, as in
 // BenchmarkAllow.
 func BenchmarkTurns(b *testing.B) {
-	type entry struct {
-		name     string
-		deciders []decider
-		decided  int64
-		elapsed  time.Duration
-		srv, cli float64 // CPU seconds
-	}
-	var libs []*entry
+	var libs []*turnTaker
 	var stats func() serverStats
 	for _, lib := range append(libraries(), twoLimitPeers()...) {
 		if lib.name == "raw_incr" || lib.name == "raw_evalsha" {
@@ -56,14 +49,39 @@ func BenchmarkTurns(b *testing.B) {
 			flush(b, rdb)
 			stats = func() serverStats { return statsOf(b, rdb) }
 		}
-		newDecider := lib.setup(b, rdb)
-		e := &entry{name: lib.name, deciders: make([]decider, turnsCallers)}
-		for g := range e.deciders {
-			e.deciders[g] = newDecider()
-		}
-		warm(b, e.deciders)
-		libs = append(libs, e)
+		libs = append(libs, newTurnTaker(b, lib.name, turnsCallers, lib.setup(b, rdb)))
 	}
+	takeTurns(b, libs, stats)
+	for _, e := range libs {
+		e.report(b, false)
+	}
+}
+
+// turnTaker is one library of a benchmark in turns: its callers, and what
+// its turns came to.
+type turnTaker struct {
+	name     string
+	deciders []decider
+	decided  int64
+	elapsed  time.Duration
+	srv, cli float64 // CPU seconds: the server's (every master's), this process's
+	calls    int64   // script calls the server ran
+}
+
+// newTurnTaker makes c callers of the library and warms them up.
+func newTurnTaker(b *testing.B, name string, c int, newDecider func() decider) *turnTaker {
+	e := &turnTaker{name: name, deciders: make([]decider, c)}
+	for g := range e.deciders {
+		e.deciders[g] = newDecider()
+	}
+	warm(b, e.deciders)
+	return e
+}
+
+// takeTurns runs libs in turns of -turns.slice, in an order that rotates
+// from one round to the next, for -turns.rounds rounds, reading stats (the
+// server's CPU and script calls) and this process's CPU around each turn.
+func takeTurns(b *testing.B, libs []*turnTaker, stats func() serverStats) {
 	b.ResetTimer()
 	for round := 0; round < *turnsRounds; round++ {
 		for j := range libs {
@@ -75,15 +93,22 @@ func BenchmarkTurns(b *testing.B) {
 			e.elapsed += elapsed
 			e.srv += after.cpu - before.cpu
 			e.cli += cpu1 - cpu0
+			e.calls += after.scriptCalls - before.scriptCalls
 		}
 	}
 	b.StopTimer()
-	for _, e := range libs {
-		b.ReportMetric(float64(e.decided)/e.elapsed.Seconds(), e.name+"-decisions/s")
-		b.ReportMetric(e.srv*1e6/float64(e.decided), e.name+"-srv-us/op")
-		if e.cli > 0 {
-			b.ReportMetric(e.cli*1e6/float64(e.decided), e.name+"-cli-us/op")
-		}
+}
+
+// report reports <library>-decisions/s, -srv-us/op and -cli-us/op, and,
+// with calls, -calls/op (script calls per decision).
+func (e *turnTaker) report(b *testing.B, calls bool) {
+	b.ReportMetric(float64(e.decided)/e.elapsed.Seconds(), e.name+"-decisions/s")
+	b.ReportMetric(e.srv*1e6/float64(e.decided), e.name+"-srv-us/op")
+	if e.cli > 0 {
+		b.ReportMetric(e.cli*1e6/float64(e.decided), e.name+"-cli-us/op")
+	}
+	if calls {
+		b.ReportMetric(float64(e.calls)/float64(e.decided), e.name+"-calls/op")
 	}
 }
 

@@ -476,10 +476,11 @@ func writeMiddleware(w io.Writer, g *grid, allow *grid) {
 	}
 }
 
-// writeCluster writes Cluster/<server>/<lib>/c=N, where server is
-// server=single or masters=M: decisions per second and script calls per
-// decision, then sluice ÷ redis_rate on each server, and each cluster ÷
-// the single server for sluice.
+// writeCluster writes Cluster/<server>/c=N, where server is server=single
+// or masters=M, and the libraries took turns: each library's decisions per
+// second (<lib>-decisions/s) and script calls per decision
+// (<lib>-calls/op), then sluice ÷ redis_rate on each server, and each
+// cluster ÷ the single server for sluice.
 func writeCluster(w io.Writer, bs []*bench) {
 	type key struct {
 		server, lib string
@@ -497,29 +498,42 @@ func writeCluster(w io.Writer, bs []*bench) {
 		return true
 	}
 	for _, b := range bs {
-		if len(b.parts) != 4 {
+		if len(b.parts) != 3 {
 			continue
 		}
-		c := concurrency(b.parts[3])
-		v, ok := b.metric("decisions/s")
-		if c < 0 || !ok {
+		c := concurrency(b.parts[2])
+		if c < 0 {
 			continue
 		}
-		k := key{b.parts[1], b.parts[2], c}
-		rates[k] = v
-		if n, ok := b.metric("calls/op"); ok {
-			calls[k] = n
-		}
-		if add("s", k.server) {
-			servers = append(servers, k.server)
-		}
-		if add("l", k.lib) {
-			libs = append(libs, k.lib)
-		}
-		if add("c", fmt.Sprint(c)) {
-			concs = append(concs, c)
+		for unit := range b.samples {
+			lib, ok := strings.CutSuffix(unit, "-decisions/s")
+			if !ok {
+				continue
+			}
+			k := key{b.parts[1], lib, c}
+			rates[k], _ = b.metric(unit)
+			if n, ok := b.metric(lib + "-calls/op"); ok {
+				calls[k] = n
+			}
+			if add("s", k.server) {
+				servers = append(servers, k.server)
+			}
+			if add("l", k.lib) {
+				libs = append(libs, k.lib)
+			}
+			if add("c", fmt.Sprint(c)) {
+				concs = append(concs, c)
+			}
 		}
 	}
+	// sluice first, then the peers by name, whatever order the metrics came in
+	sort.Slice(libs, func(i, j int) bool {
+		if a, b := isSluice(libs[i]), isSluice(libs[j]); a != b {
+			return a
+		}
+		return libs[i] < libs[j]
+	})
+	sort.Ints(concs)
 	if len(rates) == 0 {
 		return
 	}

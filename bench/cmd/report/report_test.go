@@ -27,11 +27,9 @@ BenchmarkAllow/ulule/c=64-2          	   41070	     67221 ns/op	    100000 decis
 BenchmarkAllow/raw_evalsha/c=1-2     	   41070	     67221 ns/op	    100000 decisions/s	      18 p50-us	     26 p99-us	     304 B/op	      10 allocs/op
 BenchmarkAllow/throttled/c=64-2      	--- FAIL: BenchmarkAllow/throttled/c=64-2
     harness_test.go:89: 3 of 100 decisions failed; the first: boom
-BenchmarkCluster/server=single/sluice_gcra/c=64-2 	 1000	 1 ns/op	 0.03 calls/op	 200000 decisions/s
-BenchmarkCluster/server=single/redis_rate/c=64-2 	 1000	 1 ns/op	 1.0 calls/op	 50000 decisions/s
-BenchmarkCluster/masters=1/sluice_gcra/c=64-2 	 1000	 1 ns/op	 0.031 calls/op	 180000 decisions/s
-BenchmarkCluster/masters=1/redis_rate/c=64-2 	 1000	 1 ns/op	 1.0 calls/op	 40000 decisions/s
-BenchmarkCluster/masters=3/sluice_gcra/c=64-2 	 1000	 1 ns/op	 0.094 calls/op	 150000 decisions/s
+BenchmarkCluster/server=single/c=64-2 	 1	 6000000000 ns/op	 50000 redis_rate-decisions/s	 1.0 redis_rate-calls/op	 0.03 sluice_gcra-calls/op	 200000 sluice_gcra-decisions/s	 3.5 sluice_gcra-srv-us/op
+BenchmarkCluster/masters=1/c=64-2 	 1	 6000000000 ns/op	 0.031 sluice_gcra-calls/op	 180000 sluice_gcra-decisions/s	 1.0 redis_rate-calls/op	 40000 redis_rate-decisions/s
+BenchmarkCluster/masters=3/c=64-2 	 1	 6000000000 ns/op	 0.094 sluice_gcra-calls/op	 150000 sluice_gcra-decisions/s
 BenchmarkPipelinedEvalSha/batch=32-2 	 541474	 2257 ns/op	 1.351 cli-us/op	 443070 decisions/s	 1.094 script-us/call	 1.852 srv-us/op	 276 B/op	 5 allocs/op
 BenchmarkLatency-2 	 1000	 400000 ns/op	 100.0 redis_rate-p50-us	 200 redis_rate-p99-us	 105.0 sluice_gcra-p50-us	 300 sluice_gcra-p99-us	 90.0 ulule-p50-us	 150 ulule-p99-us
 BenchmarkTurns-2 	 1	 33000000000 ns/op	 270000 sluice_gcra-decisions/s	 3.500 sluice_gcra-srv-us/op	 4.000 sluice_gcra-cli-us/op	 60000 redis_rate-decisions/s	 14.00 redis_rate-srv-us/op	 90000 ulule-decisions/s	 10.50 ulule-srv-us/op	 150000 sluice_policy-decisions/s	 30000 redis_rate_two-decisions/s	 40000 ulule_two-decisions/s	 150000 sluice_sliding_window_log-decisions/s
