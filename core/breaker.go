@@ -19,8 +19,14 @@ type health struct {
 	threshold  int
 	maxBackoff time.Duration
 	probe      func(context.Context) error
-	hook       func(Health, error)
-	hookMu     sync.Mutex // the hook sees the changes one at a time, in order
+	// changes is told of each opening and closing (nil: no one listens).
+	// They are noted with hookMu held, so that they are queued in the
+	// order they happened, and delivered to the hook after it is
+	// released: a hook that decides may reopen this very breaker (its
+	// decision failing as Redis answers the probe but not decisions in
+	// time), and its report must not wait for the hook that caused it.
+	changes changeReporter
+	hookMu  sync.Mutex
 
 	failures atomic.Int32
 	open     atomic.Bool
@@ -60,12 +66,33 @@ func (h *health) failure(err error) {
 	h.lastErr = &unavailableError{err}
 	h.mu.Unlock()
 	if h.open.CompareAndSwap(false, true) {
-		if h.hook != nil {
-			h.hookMu.Lock()
-			h.hook(Unhealthy, err)
-			h.hookMu.Unlock()
-		}
+		h.report(Unhealthy, err, nil)
 		go h.recover()
+	}
+}
+
+// changeReporter is what a breaker tells of its changes: note queues one
+// (with the breaker's hookMu held: it calls no code of the user's) and
+// reports whether the caller is to deliver the queue; deliver hands what
+// is queued to the hook, in order.
+type changeReporter interface {
+	note(s Health, err error) (deliver bool)
+	deliver()
+}
+
+// report notes the change s after doing change, both with hookMu held,
+// then delivers it, with no lock held, unless another goroutine is
+// delivering already (the hook itself, say, up the stack), which then
+// delivers it after what came before it.
+func (h *health) report(s Health, err error, change func()) {
+	h.hookMu.Lock()
+	if change != nil {
+		change()
+	}
+	deliver := h.changes != nil && h.changes.note(s, err)
+	h.hookMu.Unlock()
+	if deliver {
+		h.changes.deliver()
 	}
 }
 
@@ -109,15 +136,12 @@ func (h *health) recover() {
 			h.lastBackoff, h.closedAt = backoff, time.Now()
 			h.mu.Unlock()
 			// Closed with the hook's lock held: a caller reopening the
-			// breaker meanwhile reports Unhealthy after this Healthy, not
+			// breaker meanwhile notes Unhealthy after this Healthy, not
 			// before it.
-			h.hookMu.Lock()
-			h.failures.Store(0)
-			h.open.Store(false)
-			if h.hook != nil {
-				h.hook(Healthy, nil)
-			}
-			h.hookMu.Unlock()
+			h.report(Healthy, nil, func() {
+				h.failures.Store(0)
+				h.open.Store(false)
+			})
 			return
 		}
 		if errors.Is(err, redis.ErrClosed) {

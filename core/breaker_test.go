@@ -98,7 +98,7 @@ func TestHealthHookInOrder(t *testing.T) {
 	entered := make(chan struct{}, 10)
 	release := make(chan struct{})
 	h := &health{threshold: 1, probe: func(context.Context) error { return nil }}
-	h.hook = func(s Health, _ error) {
+	h.changes = &healthChanges{fn: func(s Health, _ error) {
 		if s == Healthy {
 			entered <- struct{}{}
 			<-release // the hook of Healthy, held back at its start
@@ -106,7 +106,7 @@ func TestHealthHookInOrder(t *testing.T) {
 		mu.Lock()
 		seen = append(seen, s)
 		mu.Unlock()
-	}
+	}}
 	h.failure(errors.New("down")) // opens; the probe answers and closes
 	<-entered
 	reopened := make(chan struct{})
@@ -127,6 +127,47 @@ func TestHealthHookInOrder(t *testing.T) {
 	}
 	if got != "[unhealthy healthy unhealthy]" {
 		t.Errorf("the hook saw %s; want [unhealthy healthy unhealthy]", got)
+	}
+}
+
+// A hook may use the limiter (WithHealthHook): a hook told Healthy that
+// decides, and whose decision fails (Redis answers the probe but not the
+// decisions in time), reopens the breaker it is told about. Its report
+// must not wait for the hook that caused it: the hook returns, hears
+// Unhealthy after, and the breaker recovers again.
+func TestHealthHookMayReopenItsBreaker(t *testing.T) {
+	var mu sync.Mutex
+	var seen []Health
+	var h *health
+	reopened := false
+	h = &health{threshold: 1, probe: func(context.Context) error { return nil }, stop: make(chan struct{})}
+	h.changes = &healthChanges{fn: func(s Health, _ error) {
+		mu.Lock()
+		seen = append(seen, s)
+		again := s == Healthy && !reopened
+		reopened = reopened || again
+		mu.Unlock()
+		if again {
+			h.failure(errors.New("the hook's own decision timed out"))
+		}
+	}}
+	defer h.close()
+	h.failure(errors.New("down"))
+	want := "[unhealthy healthy unhealthy healthy]"
+	var got string
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		mu.Lock()
+		got = fmt.Sprint(seen)
+		mu.Unlock()
+		if got == want {
+			break
+		}
+	}
+	if got != want {
+		t.Fatalf("the hook saw %s in 5s; want %s (a hook that reopens its breaker waits on itself)", got, want)
+	}
+	if h.unhealthy() {
+		t.Errorf("breaker open after its last Healthy")
 	}
 }
 

@@ -116,7 +116,7 @@ func NewPolicy(client redis.UniversalClient, rules []Rule, opts ...Option) (*Lim
 	}
 	l := &Limiter{rules: compiled, prefix: o.prefix, fp: fingerprint(compiled), opts: o, batch: newBatcher(client, scriptFor(compiled), len(compiled), ruleArgs(compiled))}
 	l.changes.fn = o.onHealth
-	l.health = l.newHealth(l.probe, l.changes.report)
+	l.health = l.newHealth(l.probe, &l.changes)
 	if l.batch.cluster != nil && o.failures > 0 {
 		l.masters = &masterHealth{l: l, cluster: l.batch.cluster}
 	}
@@ -190,11 +190,11 @@ func (l *Limiter) Health() Health {
 }
 
 // newHealth returns a breaker of the limiter's health check settings.
-func (l *Limiter) newHealth(probe func(context.Context) error, hook func(Health, error)) health {
+func (l *Limiter) newHealth(probe func(context.Context) error, changes changeReporter) health {
 	return health{
 		threshold:  l.opts.failures,
 		maxBackoff: l.opts.maxBackoff,
-		hook:       hook,
+		changes:    changes,
 		probe:      probe,
 		stop:       make(chan struct{}),
 	}

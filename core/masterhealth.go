@@ -75,7 +75,7 @@ func (m *masterHealth) of(node *redis.Client) *masterBreaker {
 	h.health = m.l.newHealth(func(ctx context.Context) error {
 		slot := int(h.slot.Load())
 		return m.l.probeAt(ctx, m.l.slotProbeKey(slot), slot)
-	}, m.hook)
+	}, (*masterChanges)(m))
 	by := make(map[string]*masterBreaker, 1)
 	if old != nil {
 		maps.Copy(by, *old)
@@ -111,16 +111,21 @@ func (m *masterHealth) openFor(key string) *health {
 	return &h.health
 }
 
-// hook counts the breakers open, then reports the change to the
+// masterChanges is what a master's breaker reports to: it counts the
+// breakers open, at once (see openFor), then passes the change on to the
 // limiter's hook (see healthChanges).
-func (m *masterHealth) hook(s Health, err error) {
+type masterChanges masterHealth
+
+func (m *masterChanges) note(s Health, err error) bool {
 	if s == Unhealthy {
 		m.open.Add(1)
 	} else {
 		m.open.Add(-1)
 	}
-	m.l.changes.report(s, err)
+	return m.l.changes.note(s, err)
 }
+
+func (m *masterChanges) deliver() { m.l.changes.deliver() }
 
 // unhealthy reports whether any master's breaker is open.
 func (m *masterHealth) unhealthy() bool {
@@ -153,13 +158,14 @@ func (m *masterHealth) close() {
 // a time and in order: Unhealthy when a first breaker opens (the
 // limiter's own or, on a cluster, a master's), Healthy when the last open
 // one closes. Each breaker reports its own changes in order (see
-// health.hookMu), each Unhealthy before its Healthy.
+// health.report), each Unhealthy before its Healthy.
 //
-// The hook is not called with mu held: a hook that decides (to log, say)
-// may make another breaker open, whose report must not wait for the hook
-// to return. A change is queued, and whoever finds no one delivering
-// delivers the queue, in order, one change at a time; a change reported
-// meanwhile, from the hook or another goroutine, is delivered after.
+// The hook is called with no lock held: a hook that decides (to log, say)
+// may make a breaker open, another or the one it is told about, whose
+// report must not wait for the hook to return. A change is queued (note),
+// and whoever finds no one delivering delivers the queue, in order, one
+// change at a time; a change noted meanwhile, from the hook or another
+// goroutine, is delivered after.
 type healthChanges struct {
 	mu         sync.Mutex
 	open       int
@@ -173,8 +179,12 @@ type healthChange struct {
 	err error
 }
 
-func (c *healthChanges) report(s Health, err error) {
+// note counts a breaker's change and queues it when it changes the
+// limiter's health, and reports whether the caller is to deliver the
+// queue: no one else is delivering. It calls no hook.
+func (c *healthChanges) note(s Health, err error) (deliver bool) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	before := c.open
 	if s == Unhealthy {
 		c.open++
@@ -182,17 +192,14 @@ func (c *healthChanges) report(s Health, err error) {
 		c.open--
 	}
 	if c.fn == nil || (before == 0) == (c.open == 0) {
-		c.mu.Unlock()
-		return
+		return false
 	}
 	c.queue = append(c.queue, healthChange{s, err})
 	if c.delivering {
-		c.mu.Unlock()
-		return
+		return false
 	}
 	c.delivering = true
-	c.mu.Unlock()
-	c.deliver()
+	return true
 }
 
 // deliver calls the hook with each change queued, until none is left.

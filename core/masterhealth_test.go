@@ -67,8 +67,8 @@ func TestHealthHookMayCallTheLimiter(t *testing.T) {
 	var changes healthChanges
 	l := &Limiter{opts: options{failures: 1, maxBackoff: time.Second}}
 	probe := func(context.Context) error { return errors.New("still down") }
-	second := l.newHealth(probe, changes.report)
-	first := l.newHealth(probe, changes.report)
+	second := l.newHealth(probe, &changes)
+	first := l.newHealth(probe, &changes)
 	defer first.close()
 	defer second.close()
 	var seen []Health
