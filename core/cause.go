@@ -23,14 +23,31 @@ import (
 // it: dialWatch) the last failed dial; a timed-out call's error wraps
 // context.DeadlineExceeded with the more telling of the two.
 
-// timeoutError is context.DeadlineExceeded with the last Redis error seen.
+// timeoutError is the error of a decision that Redis did not answer
+// within the limiter's timeout: context.DeadlineExceeded, saying that it
+// was the limiter's timeout (a caller's own deadline returns its
+// context's error itself), with the last Redis error seen when there was
+// one.
 type timeoutError struct{ cause error }
 
+// errTimeout is the timeoutError of a Redis that said nothing: it
+// accepted the call and never answered.
+var errTimeout error = &timeoutError{}
+
 func (e *timeoutError) Error() string {
-	return context.DeadlineExceeded.Error() + " (last redis error: " + e.cause.Error() + ")"
+	const text = "context deadline exceeded (no answer from redis within the limiter's timeout"
+	if e.cause == nil {
+		return text + ")"
+	}
+	return text + "; last redis error: " + e.cause.Error() + ")"
 }
 
-func (e *timeoutError) Unwrap() []error { return []error{context.DeadlineExceeded, e.cause} }
+func (e *timeoutError) Unwrap() []error {
+	if e.cause == nil {
+		return []error{context.DeadlineExceeded}
+	}
+	return []error{context.DeadlineExceeded, e.cause}
+}
 
 // lastError holds a timeoutError built once per distinct error, so that
 // timing out allocates nothing.
@@ -68,8 +85,9 @@ func (s *sendFailure) clear() {
 	}
 }
 
-// timeout is the error of a call that timed out: context.DeadlineExceeded,
-// naming the last send error, or else the last failed dial, if any.
+// timeout is the error of a call that timed out: context.DeadlineExceeded
+// at the limiter's timeout, naming the last send error, or else the last
+// failed dial, if any.
 func (s *sendFailure) timeout() error {
 	if e := s.last.Load(); e != nil {
 		return e
@@ -79,7 +97,7 @@ func (s *sendFailure) timeout() error {
 			return e
 		}
 	}
-	return context.DeadlineExceeded
+	return errTimeout
 }
 
 // dialWatch is a go-redis hook that remembers whether the client's last

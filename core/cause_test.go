@@ -39,6 +39,32 @@ func TestTimeoutWrapsDialError(t *testing.T) {
 	}
 }
 
+// A decision that times out on a Redis that accepts and never answers
+// says that it was the limiter's timeout: a caller (a worker around Wait,
+// say) must not take it for its own context's deadline, which returns
+// ctx.Err() itself (TestFailureAtOwnDeadlineIsTheContexts). It still
+// wraps context.DeadlineExceeded.
+func TestTimeoutSaysItIsTheLimiters(t *testing.T) {
+	for _, ctxTimeout := range []bool{false, true} {
+		rdb := redis.NewClient(&redis.Options{Addr: redistest.StuckServer(t), ContextTimeoutEnabled: ctxTimeout})
+		t.Cleanup(func() { rdb.Close() })
+		l, err := New(rdb, GCRA, PerSecond(10), WithTimeout(50*time.Millisecond), WithHealthCheck(0, 0),
+			WithFailureMode(FailClosed))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		_, allowErr := l.Allow(context.Background(), "k")
+		waitErr := l.Wait(context.Background(), "k")
+		for what, err := range map[string]error{"Allow": allowErr, "Wait": waitErr} {
+			if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(fmt.Sprint(err), "limiter's timeout") {
+				t.Errorf("ContextTimeoutEnabled %v, %s on a Redis that never answers: %v; want DeadlineExceeded naming the limiter's timeout",
+					ctxTimeout, what, err)
+			}
+		}
+	}
+}
+
 // faultConn fails its reads as a connection closed on this side (mode 1:
 // a failover client's close, or crypto/tls's bare report of one) or hangs
 // them (mode 2: a path that stopped forwarding: what arrives is dropped,
