@@ -84,7 +84,8 @@ func WithDenyHandler(f func(w http.ResponseWriter, r *http.Request, res core.Res
 // names of the rules that denied.
 func WithProblemDetails() Option { return flow.WithProblemDetails() }
 
-// WithHeaders selects the rate-limit headers (default HeadersDraft).
+// WithHeaders selects the rate-limit headers (default HeadersDraft). A
+// mode other than the four panics at construction.
 func WithHeaders(m HeaderMode) Option { return flow.WithHeaders(m) }
 
 // WithFailClosed answers 503 Service Unavailable when a decision fails

@@ -147,7 +147,7 @@ func New[O ~func(*Config)](l *core.Limiter, opts []O) *Flow {
 // It panics too when given an option that configures the limiter an
 // algorithm constructor builds (WithTimeout, WithPrefix, WithDenyCache,
 // WithLimiterOptions): the limiter given to New is built already, and the
-// option would do nothing.
+// option would do nothing; and on an unknown header mode.
 func MustNew[O ~func(*Config)](where string, l *core.Limiter, opts []O) *Flow {
 	f := New[O](l, opts)
 	if l == nil && f.cfg.LimiterFor == nil {
@@ -156,15 +156,27 @@ func MustNew[O ~func(*Config)](where string, l *core.Limiter, opts []O) *Flow {
 	if o := f.cfg.forLimiter; o.name != "" {
 		panic(fmt.Sprintf("%s: %s configures the limiter an algorithm constructor builds, not the one given to New: use %s on that limiter", where, o.name, o.instead))
 	}
+	f.cfg.mustBeValid(where)
 	return f
 }
 
+// mustBeValid panics, with a message that starts with where, on a setting
+// of the flow's own that is not one of its kind's values (those of the
+// limiter are checked by core.New).
+func (c *Config) mustBeValid(where string) {
+	if c.Headers < HeadersDraft || c.Headers > HeadersNone {
+		panic(fmt.Sprintf("%s: unknown header mode %d: WithHeaders takes HeadersDraft, HeadersLegacy, HeadersBoth or HeadersNone", where, c.Headers))
+	}
+}
+
 // Must returns the flow of a one-rule limiter of algorithm alg. It panics
-// when the limit (or the client, or the prefix) is invalid, with a message
-// that starts with where, such as "ginlimit.TokenBucket".
+// when the limit (or the client, the prefix, or the header mode) is
+// invalid, with a message that starts with where, such as
+// "ginlimit.TokenBucket".
 func Must[O ~func(*Config)](where string, client redis.UniversalClient, alg core.Algorithm, limit core.Limit, opts []O) *Flow {
 	f := New[O](nil, opts)
 	c := &f.cfg
+	c.mustBeValid(where)
 	copts := []core.Option{
 		core.WithTimeout(c.Timeout),
 		core.WithFailureMode(c.FailureMode),

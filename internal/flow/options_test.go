@@ -2,6 +2,7 @@ package flow
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"os"
 	"regexp"
@@ -119,4 +120,28 @@ func TestOptionsPassedToNew(t *testing.T) {
 			l.Close()
 		}
 	})
+}
+
+// An unknown header mode is a mistake, refused at construction as an
+// unknown failure mode is, by the algorithm constructors and New alike:
+// it would otherwise send no rate-limit headers at all, silently.
+func TestUnknownHeaderModePanics(t *testing.T) {
+	rdb := redistest.Client(t)
+	l, err := core.New(rdb, core.GCRA, core.PerSecond(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, build := range map[string]func(){
+		"Must":    func() { Must("test.GCRA", rdb, core.GCRA, core.PerSecond(1), []Option{WithHeaders(99)}) },
+		"MustNew": func() { MustNew("test.New", l, []Option{WithHeaders(99)}) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			defer func() {
+				if msg := fmt.Sprint(recover()); !strings.Contains(msg, "unknown header mode 99") {
+					t.Errorf("WithHeaders(99): panic %q; want one naming the unknown header mode", msg)
+				}
+			}()
+			build()
+		})
+	}
 }
