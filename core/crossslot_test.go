@@ -160,6 +160,7 @@ func TestCrossSlotCall(t *testing.T) {
 	t.Run("ExpiredWhenNotHere", func(t *testing.T) { testCrossGivenUp(t, cl, shards, callExpired) })
 	t.Run("ClusterDown", func(t *testing.T) { testCrossClusterDown(t, cl, shards) })
 	t.Run("RedirectLoop", func(t *testing.T) { testCrossRedirectLoop(t, cl, shards) })
+	t.Run("RedirectLoopHealth", func(t *testing.T) { testCrossRedirectLoopHealth(t, cl, shards) })
 	t.Run("ReplyOffsets", func(t *testing.T) { testCrossReplyOffsets(t, cl, shards, false) })
 	t.Run("ReplyOffsetsPolicy", func(t *testing.T) { testCrossReplyOffsets(t, cl, shards, true) })
 	t.Run("StaleAfterFailover", func(t *testing.T) { testCrossStaleAfterFailover(t, cl, shards) }) // last: it changes the masters
@@ -292,6 +293,48 @@ func testCrossRedirectLoop(t *testing.T, cl *redistest.Cluster, shards []rediste
 			}
 		}
 	})
+}
+
+// testCrossRedirectLoopHealth: while one slot of master A loops (as in
+// testCrossRedirectLoop, never resolved), its decisions fail with the
+// redirect once resent, but that says nothing of A: A's other slots, and
+// the limiter's health, are untouched (a MOVED is about a key, not about
+// Redis being able to decide).
+func testCrossRedirectLoopHealth(t *testing.T, cl *redistest.Cluster, shards []redistest.Shard) {
+	ctx := context.Background()
+	cc := cl.Client(t)
+	a, b := shards[0], shards[1]
+	prefix := fmt.Sprintf("cross-loophealth-%d", time.Now().UnixNano())
+	lim := newOn(t, cc, FixedWindow, PerHour(5), WithPrefix(prefix), WithFailureMode(FailClosed), WithHealthCheck(3, 0))
+	defer lim.Close()
+	stuck, other := a.Slots[0][0]+90, a.Slots[0][0]+91
+	healthy := keyInSlot(t, "healthy-", other)
+	if _, err := lim.Allow(ctx, healthy); err != nil { // the script loaded, the map too
+		t.Fatal(err)
+	}
+	na := cl.Node(a.Master)
+	if err := na.Do(ctx, "CLUSTER", "SETSLOT", stuck, "MIGRATING", b.MasterID).Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := na.Do(ctx, "CLUSTER", "SETSLOT", stuck, "STABLE").Err(); err != nil {
+			t.Errorf("SETSLOT %d STABLE on %s: %v", stuck, a.Master, err)
+		}
+	}()
+	for i := range 5 {
+		k := keyInSlot(t, fmt.Sprintf("stuck%d-", i), stuck)
+		if _, err := lim.Allow(ctx, k); err == nil || errors.Is(err, ErrUnavailable) {
+			t.Errorf("%s of the looping slot %d: %v; want the redirect's error", k, stuck, err)
+		}
+	}
+	if h := lim.Health(); h != Healthy {
+		t.Errorf("after 5 decisions of a looping slot: Health() %v; want healthy", h)
+	}
+	for i := range 4 {
+		if r, err := lim.Allow(ctx, healthy); err != nil || !r.Allowed {
+			t.Errorf("%s of slot %d, another slot of %s, request %d: %+v, %v; want admitted", healthy, other, a.Master, i+2, r, err)
+		}
+	}
 }
 
 // testCrossReplyOffsets: one batch bound for one master mixes AllowN of

@@ -31,17 +31,7 @@ type refusal struct {
 // of memory under noeviction), BUSY (another script runs too long) and
 // NOREPLICAS (min-replicas-to-write) refuse every decision too, but are
 // not resent: a pause of milliseconds would not end them.
-//
-// MOVED and ASK reach sluice only when go-redis has followed as many
-// redirects as its MaxRedirects allows (3 by default) and the last still
-// pointed elsewhere: a slot caught between two masters' views while it
-// moves (a master migrating it to one not yet importing it, as when the
-// importing master's replica took over mid-migration), or slot maps that
-// disagree for a moment. Nothing ran; a pause may see the migration move
-// on, and go-redis reloads its slot map meanwhile.
 var refusals = [...]refusal{
-	{"MOVED ", nil, true},
-	{"ASK ", nil, true},
 	{"LOADING", redis.IsLoadingError, true},
 	{"READONLY", redis.IsReadOnlyError, true},
 	{"MASTERDOWN", redis.IsMasterDownError, true},
@@ -118,7 +108,22 @@ func resendable(err error, alone bool) bool {
 		return true
 	}
 	r := refusedBy(err)
-	return r != nil && r.resend
+	return r != nil && r.resend || isRedirect(err)
+}
+
+// isRedirect reports whether err is a cluster's MOVED or ASK. One reaches
+// sluice only when go-redis has followed as many redirects as its
+// MaxRedirects allows (3 by default) and the last still pointed
+// elsewhere: a slot caught between two masters' views while it moves (a
+// master migrating it to one not yet importing it, as when the importing
+// master's replica took over mid-migration), or slot maps that disagree
+// for a moment. Nothing ran, so the call may be resent: a pause may see
+// the migration move on, and go-redis reloads its slot map meanwhile. It
+// is not a refusal of Redis as a whole: it is about one slot, while the
+// master answers for the others (see availability).
+func isRedirect(err error) bool {
+	msg := replyText(err)
+	return strings.HasPrefix(msg, "MOVED ") || strings.HasPrefix(msg, "ASK ")
 }
 
 // availability reports whether err says Redis cannot serve decisions (as
