@@ -28,11 +28,22 @@ import (
 // was the limiter's timeout (a caller's own deadline returns its
 // context's error itself), with the last Redis error seen when there was
 // one.
-type timeoutError struct{ cause error }
+type timeoutError struct {
+	cause  error
+	unwrap []error // what Unwrap returns, made once: inspecting it allocates nothing
+}
+
+func newTimeoutError(cause error) *timeoutError {
+	e := &timeoutError{cause: cause, unwrap: []error{context.DeadlineExceeded}}
+	if cause != nil {
+		e.unwrap = append(e.unwrap, cause)
+	}
+	return e
+}
 
 // errTimeout is the timeoutError of a Redis that said nothing: it
 // accepted the call and never answered.
-var errTimeout error = &timeoutError{}
+var errTimeout error = newTimeoutError(nil)
 
 func (e *timeoutError) Error() string {
 	const text = "context deadline exceeded (no answer from redis within the limiter's timeout"
@@ -42,12 +53,7 @@ func (e *timeoutError) Error() string {
 	return text + "; last redis error: " + e.cause.Error() + ")"
 }
 
-func (e *timeoutError) Unwrap() []error {
-	if e.cause == nil {
-		return []error{context.DeadlineExceeded}
-	}
-	return []error{context.DeadlineExceeded, e.cause}
-}
+func (e *timeoutError) Unwrap() []error { return e.unwrap }
 
 // lastError holds a timeoutError built once per distinct error, so that
 // timing out allocates nothing.
@@ -59,7 +65,7 @@ func (l *lastError) note(err error) {
 		return
 	}
 	if last := l.last.Load(); last == nil || last.cause.Error() != err.Error() {
-		l.last.Store(&timeoutError{err})
+		l.last.Store(newTimeoutError(err))
 	}
 }
 

@@ -65,6 +65,23 @@ func TestTimeoutSaysItIsTheLimiters(t *testing.T) {
 	}
 }
 
+// A timed-out decision allocates nothing: errors.Is and errors.As on its
+// error (availability asks errors.Is of every failed decision, and so may
+// the caller) walk it without building anything.
+func TestTimeoutErrorAllocatesNothing(t *testing.T) {
+	var l lastError
+	l.note(errors.New("dial tcp: connection refused"))
+	for _, err := range []error{errTimeout, l.last.Load()} {
+		var op *net.OpError
+		if n := testing.AllocsPerRun(100, func() {
+			_ = errors.Is(err, context.DeadlineExceeded)
+			_ = errors.As(err, &op)
+		}); n != 0 {
+			t.Errorf("%v: %.0f allocations to inspect it; want 0", err, n)
+		}
+	}
+}
+
 // faultConn fails its reads as a connection closed on this side (mode 1:
 // a failover client's close, or crypto/tls's bare report of one) or hangs
 // them (mode 2: a path that stopped forwarding: what arrives is dropped,
