@@ -29,13 +29,18 @@ import (
 // context's error itself), with the last Redis error seen when there was
 // one.
 type timeoutError struct {
-	cause  error
-	unwrap []error // what Unwrap returns, made once: inspecting it allocates nothing
+	cause error
+	// What Error and Unwrap return, made once: reading or inspecting the
+	// error allocates nothing.
+	msg    string
+	unwrap []error
 }
 
 func newTimeoutError(cause error) *timeoutError {
-	e := &timeoutError{cause: cause, unwrap: []error{context.DeadlineExceeded}}
+	const text = "context deadline exceeded (no answer from redis within the limiter's timeout"
+	e := &timeoutError{cause: cause, msg: text + ")", unwrap: []error{context.DeadlineExceeded}}
 	if cause != nil {
+		e.msg = text + "; last redis error: " + cause.Error() + ")"
 		e.unwrap = append(e.unwrap, cause)
 	}
 	return e
@@ -45,13 +50,7 @@ func newTimeoutError(cause error) *timeoutError {
 // accepted the call and never answered.
 var errTimeout error = newTimeoutError(nil)
 
-func (e *timeoutError) Error() string {
-	const text = "context deadline exceeded (no answer from redis within the limiter's timeout"
-	if e.cause == nil {
-		return text + ")"
-	}
-	return text + "; last redis error: " + e.cause.Error() + ")"
-}
+func (e *timeoutError) Error() string { return e.msg }
 
 func (e *timeoutError) Unwrap() []error { return e.unwrap }
 

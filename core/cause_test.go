@@ -65,9 +65,9 @@ func TestTimeoutSaysItIsTheLimiters(t *testing.T) {
 	}
 }
 
-// A timed-out decision allocates nothing: errors.Is and errors.As on its
-// error (availability asks errors.Is of every failed decision, and so may
-// the caller) walk it without building anything.
+// A timed-out decision's error costs nothing to read: errors.Is, errors.As
+// and Error (availability and the failure's classification ask them of
+// every failed decision, and so may the caller) build nothing.
 func TestTimeoutErrorAllocatesNothing(t *testing.T) {
 	var l lastError
 	l.note(errors.New("dial tcp: connection refused"))
@@ -76,8 +76,31 @@ func TestTimeoutErrorAllocatesNothing(t *testing.T) {
 		if n := testing.AllocsPerRun(100, func() {
 			_ = errors.Is(err, context.DeadlineExceeded)
 			_ = errors.As(err, &op)
+			_ = err.Error()
 		}); n != 0 {
 			t.Errorf("%v: %.0f allocations to inspect it; want 0", err, n)
+		}
+	}
+}
+
+// Telling what a failed call says (resendable, availability, NOSCRIPT)
+// allocates nothing, for a reply of Redis's, one a hook wrapped, a
+// network error and the limiter's timeout alike: every failed decision
+// asks.
+func TestFailureClassificationAllocatesNothing(t *testing.T) {
+	rdb := redistest.Client(t)
+	reply := rdb.Do(context.Background(), "NO-SUCH-COMMAND").Err()
+	if !isRedisReply(reply) {
+		t.Fatalf("%v: not a reply of Redis's", reply)
+	}
+	for _, err := range []error{reply, fmt.Errorf("a hook: %w", reply), errTimeout,
+		&net.OpError{Op: "read", Net: "tcp", Err: errors.New("i/o timeout")}} {
+		if n := testing.AllocsPerRun(100, func() {
+			_ = resendable(err, true)
+			_ = availability(err)
+			_ = isNoScript(err)
+		}); n != 0 {
+			t.Errorf("%v: %.0f allocations to classify it; want 0", err, n)
 		}
 	}
 }

@@ -17,10 +17,7 @@ import (
 // refusal is a reply with which Redis refuses a command as a whole,
 // whatever the command: it says Redis cannot serve decisions now.
 type refusal struct {
-	prefix string
-	// is recognises the reply as go-redis does (its typed errors, wrapped
-	// ones, a script's wrapped READONLY); nil: by prefix.
-	is func(error) bool
+	prefix string // how the reply begins
 	// resend: a script call refused so has counted nothing (refused before
 	// it ran, or at its first write: a replica's READONLY), and a pause of
 	// milliseconds may see the refusal end.
@@ -32,35 +29,77 @@ type refusal struct {
 // NOREPLICAS (min-replicas-to-write) refuse every decision too, but are
 // not resent: a pause of milliseconds would not end them.
 var refusals = [...]refusal{
-	{"LOADING", redis.IsLoadingError, true},
-	{"READONLY", redis.IsReadOnlyError, true},
-	{"MASTERDOWN", redis.IsMasterDownError, true},
-	{"TRYAGAIN", redis.IsTryAgainError, true},
-	{"CLUSTERDOWN", redis.IsClusterDownError, true},
-	{"ERR max number of clients reached", redis.IsMaxClientsError, true},
-	{"BUSY", nil, false},
-	{"NOREPLICAS", nil, false},
-	{"OOM", nil, false},
+	{"LOADING", true},
+	{"READONLY", true},
+	{"MASTERDOWN", true},
+	{"TRYAGAIN", true},
+	{"CLUSTERDOWN", true},
+	{"ERR max number of clients reached", true},
+	{"BUSY", false},
+	{"NOREPLICAS", false},
+	{"OOM", false},
 }
 
+// scriptReadOnly is how a script's write refused by a replica ends its
+// reply ("ERR Error running script (call to f_…): @user_script:N:
+// -READONLY You can't write …"): a READONLY, though it does not begin so.
+const scriptReadOnly = "-READONLY You can't write against a read only replica"
+
+// What a failed call says is read from the errors' types and texts,
+// walking what wraps them (a hook of the client's may wrap a command's
+// error: go-redis keeps a command's error as its hooks return it) as
+// errors.As would, but without the allocation errors.As makes for its
+// target: every failed decision is classified, and an outage fails many.
+
+// findIn returns the first error of err's tree, in errors.As's order, that
+// match accepts, or nil.
+func findIn(err error, match func(error) bool) error {
+	for err != nil {
+		if match(err) {
+			return err
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() error }:
+			err = u.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				if found := findIn(e, match); found != nil {
+					return found
+				}
+			}
+			return nil
+		default:
+			return nil
+		}
+	}
+	return nil
+}
+
+func isReply(err error) bool { _, ok := err.(redis.Error); return ok }
+
+func isNetError(err error) bool { _, ok := err.(net.Error); return ok }
+
+func isOpError(err error) bool { _, ok := err.(*net.OpError); return ok }
+
 // replyText returns what Redis replied, when err is or wraps a reply of
-// Redis's, and otherwise err's text: a hook of the client's may wrap a
-// command's error (go-redis keeps a command's error as its hooks return
-// it), and Redis's replies are recognised by how they begin.
+// Redis's, and "" otherwise: Redis's replies are recognised by how they
+// begin.
 func replyText(err error) string {
-	var reply redis.Error
-	if errors.As(err, &reply) {
+	if reply := findIn(err, isReply); reply != nil {
 		return reply.Error()
 	}
-	return err.Error()
+	return ""
 }
 
 // refusedBy returns the refusal err is, or nil.
 func refusedBy(err error) *refusal {
 	msg := replyText(err)
+	if msg == "" {
+		return nil
+	}
 	for i := range refusals {
 		r := &refusals[i]
-		if r.is != nil && r.is(err) || strings.HasPrefix(msg, r.prefix) {
+		if strings.HasPrefix(msg, r.prefix) || r.prefix == "READONLY" && strings.Contains(msg, scriptReadOnly) {
 			return r
 		}
 	}
@@ -84,9 +123,8 @@ func resendable(err error, alone bool) bool {
 	if err == nil {
 		return false
 	}
-	var op *net.OpError
-	if errors.As(err, &op) {
-		switch op.Op {
+	if found := findIn(err, isOpError); found != nil {
+		switch found.(*net.OpError).Op {
 		case "dial":
 			return true
 		case "write":
@@ -140,8 +178,7 @@ func availability(err error) bool {
 	if errors.Is(err, net.ErrClosed) {
 		return false
 	}
-	var ne net.Error
-	if errors.As(err, &ne) {
+	if findIn(err, isNetError) != nil {
 		return true
 	}
 	if refusedBy(err) != nil {
@@ -153,10 +190,7 @@ func availability(err error) bool {
 }
 
 // isRedisReply reports whether err is a reply from Redis.
-func isRedisReply(err error) bool {
-	var re redis.Error
-	return errors.As(err, &re)
-}
+func isRedisReply(err error) bool { return findIn(err, isReply) != nil }
 
 // isNoScript reports whether err is Redis's NOSCRIPT: it lost the script
 // (a restart, SCRIPT FLUSH, a failover to a replica that never saw it).

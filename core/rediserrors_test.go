@@ -18,6 +18,7 @@ func TestRedisRefusalsClassifiedOnce(t *testing.T) {
 	}{
 		{"LOADING Redis is loading the dataset in memory", true},
 		{"READONLY You can't write against a read only replica.", true},
+		{"ERR Error running script (call to f_8d2d5b2c): @user_script:1: -READONLY You can't write against a read only replica.", true},
 		{"MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.", true},
 		{"TRYAGAIN Multiple keys request during rehashing of slot", true},
 		{"CLUSTERDOWN The cluster is down", true},
