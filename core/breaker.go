@@ -66,8 +66,15 @@ func (h *health) failure(err error) {
 	h.lastErr = &unavailableError{err}
 	h.mu.Unlock()
 	if h.open.CompareAndSwap(false, true) {
-		h.report(Unhealthy, err, nil)
+		// The probe starts before the hook is told: a hook that panics
+		// (recovered up the caller's stack) must not leave the breaker
+		// open for good. The change is noted first, so the probe's
+		// Healthy comes after it.
+		deliver := h.note(Unhealthy, err, nil)
 		go h.recover()
+		if deliver {
+			h.changes.deliver()
+		}
 	}
 }
 
@@ -80,20 +87,25 @@ type changeReporter interface {
 	deliver()
 }
 
-// report notes the change s after doing change, both with hookMu held,
-// then delivers it, with no lock held, unless another goroutine is
-// delivering already (the hook itself, say, up the stack), which then
-// delivers it after what came before it.
+// report notes the change s after doing change (see note), then delivers
+// it, with no lock held, unless another goroutine is delivering already
+// (the hook itself, say, up the stack), which then delivers it after what
+// came before it.
 func (h *health) report(s Health, err error, change func()) {
+	if h.note(s, err, change) {
+		h.changes.deliver()
+	}
+}
+
+// note does change and notes s, both with hookMu held, and reports
+// whether the caller is to deliver it.
+func (h *health) note(s Health, err error, change func()) (deliver bool) {
 	h.hookMu.Lock()
+	defer h.hookMu.Unlock()
 	if change != nil {
 		change()
 	}
-	deliver := h.changes != nil && h.changes.note(s, err)
-	h.hookMu.Unlock()
-	if deliver {
-		h.changes.deliver()
-	}
+	return h.changes != nil && h.changes.note(s, err)
 }
 
 // minBackoff is the first pause of the probes.

@@ -171,6 +171,75 @@ func TestHealthHookMayReopenItsBreaker(t *testing.T) {
 	}
 }
 
+// A hook that panics (a bug of the user's, recovered up the stack by an
+// HTTP server, say, on the goroutine whose decision opened the breaker)
+// leaves the breaker as it would be without it: the probe still runs and
+// closes it, and the next change still reaches the hook.
+func TestHealthHookPanicLeavesTheBreakerWorking(t *testing.T) {
+	var mu sync.Mutex
+	var seen []Health
+	h := &health{threshold: 1, probe: func(context.Context) error { return nil }, stop: make(chan struct{})}
+	h.changes = &healthChanges{fn: func(s Health, _ error) {
+		mu.Lock()
+		seen = append(seen, s)
+		first := len(seen) == 1
+		mu.Unlock()
+		if first {
+			panic("the hook's bug")
+		}
+	}}
+	defer h.close()
+	func() {
+		defer func() { _ = recover() }()
+		h.failure(errors.New("down"))
+	}()
+	want := "[unhealthy healthy]"
+	var got string
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		mu.Lock()
+		got = fmt.Sprint(seen)
+		mu.Unlock()
+		if got == want && !h.unhealthy() {
+			return
+		}
+	}
+	t.Errorf("the hook saw %s, breaker open %v, 5s after its hook panicked; want %s and closed", got, h.unhealthy(), want)
+}
+
+// A change queued behind one whose hook panicked is still delivered, in
+// order.
+func TestHealthChangesOutliveAPanickingHook(t *testing.T) {
+	var mu sync.Mutex
+	var seen []Health
+	c := &healthChanges{fn: func(s Health, _ error) {
+		mu.Lock()
+		seen = append(seen, s)
+		first := len(seen) == 1
+		mu.Unlock()
+		if first {
+			panic("the hook's bug")
+		}
+	}}
+	deliver := c.note(Unhealthy, errors.New("down"))
+	c.note(Healthy, nil) // queued behind it
+	func() {
+		defer func() { _ = recover() }()
+		if deliver {
+			c.deliver()
+		}
+	}()
+	var got string
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		mu.Lock()
+		got = fmt.Sprint(seen)
+		mu.Unlock()
+		if got == "[unhealthy healthy]" {
+			return
+		}
+	}
+	t.Errorf("the hook saw %s; want [unhealthy healthy]", got)
+}
+
 // A breaker reopened soon after its probes closed it (Redis answers PING
 // but not the decisions) starts its pauses where they were, doubled, up to
 // the maximum; one reopened later starts again at 50ms.

@@ -203,15 +203,19 @@ func (c *healthChanges) note(s Health, err error) (deliver bool) {
 }
 
 // deliver calls the hook with each change queued, until none is left.
-// (Should the hook panic, the next change is delivered by whoever reports
-// it.)
+// Should the hook panic, the panic goes on up the deliverer's stack, and
+// a goroutine of its own delivers what is left, in order.
 func (c *healthChanges) deliver() {
 	done := false
 	defer func() {
 		if !done {
 			c.mu.Lock()
-			c.queue, c.delivering = nil, false
+			c.delivering = len(c.queue) > 0
+			more := c.delivering
 			c.mu.Unlock()
+			if more {
+				go c.deliver()
+			}
 		}
 	}()
 	for {
