@@ -79,8 +79,10 @@ func WithHealthCheck(failures int, maxBackoff time.Duration) Option {
 // that made it unhealthy (nil when it recovers), one change at a time and
 // in order. On a Redis Cluster it reports Unhealthy when a first master's
 // check fails and Healthy when the last failing one recovers. fn runs on
-// a goroutine that noticed a change, and must not block; it may use the
-// limiter.
+// a goroutine that noticed a change (a caller's, or the probe's), and
+// must not block; it may use the limiter, even to decide on the Redis it
+// is told about. A panic in fn goes up that goroutine; the health check
+// goes on, and the changes after it still reach fn, in order.
 func WithHealthHook(fn func(Health, error)) Option {
 	return func(o *options) { o.onHealth = fn }
 }
