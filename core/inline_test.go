@@ -104,48 +104,80 @@ func TestInlineSendsAtMostMaxSends(t *testing.T) {
 // wrapErrors is a go-redis hook that wraps every error it sees, as
 // instrumentation hooks do: go-redis stores a command's error as its
 // hooks return it.
-type wrapErrors struct{}
+// wrapErrors is a hook of the client's that wraps every error of a
+// command (fmt.Errorf's %w), or, with rebuild, replaces a script call's
+// by a new error of the same text (a hook that redacts or retypes errors,
+// say; go-redis's own handshake needs its errors as they are).
+type wrapErrors struct{ rebuild bool }
+
+func (h wrapErrors) redo(prefix string, err error) error {
+	if h.rebuild {
+		return errors.New(err.Error())
+	}
+	return fmt.Errorf("%s: %w", prefix, err)
+}
+
+func (h wrapErrors) redoCmd(cmd redis.Cmder, err error) error {
+	if h.rebuild && cmd.Name() != "evalsha" && cmd.Name() != "eval" {
+		return err
+	}
+	return h.redo("redis "+cmd.Name(), err)
+}
 
 func (wrapErrors) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (wrapErrors) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (h wrapErrors) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if err := next(ctx, cmd); err != nil {
-			return fmt.Errorf("redis %s: %w", cmd.Name(), err)
+			err = h.redoCmd(cmd, err)
+			cmd.SetErr(err)
+			return err
 		}
 		return nil
 	}
 }
-func (wrapErrors) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (h wrapErrors) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		if err := next(ctx, cmds); err != nil {
+			for _, cmd := range cmds {
+				if e := cmd.Err(); e != nil {
+					cmd.SetErr(h.redoCmd(cmd, e))
+				}
+			}
 			return fmt.Errorf("redis pipeline: %w", err)
 		}
 		return nil
 	}
 }
 
-// A hook of the client's that wraps errors does not hide Redis's NOSCRIPT
-// from the limiter: after a SCRIPT FLUSH, the decision is sent again with
-// the script's source, on both paths.
+// A hook of the client's that wraps errors, or rebuilds them with the
+// same text, does not hide Redis's NOSCRIPT from the limiter: after a
+// SCRIPT FLUSH, the decision is sent again with the script's source, on
+// both paths, and Redis is not taken for unhealthy.
 func TestNoScriptThroughAWrappingHook(t *testing.T) {
-	for _, ctxTimeout := range []bool{false, true} {
-		opt := redistest.Options(t)
-		opt.ContextTimeoutEnabled = ctxTimeout
-		c := redis.NewClient(opt)
-		defer c.Close()
-		c.AddHook(wrapErrors{})
-		lim := newOn(t, c, FixedWindow, PerHour(10), WithTimeout(5*time.Second), WithHealthCheck(0, 0),
-			WithPrefix(fmt.Sprintf("wrapped-%d", time.Now().UnixNano())))
-		if lim.batch.inline != ctxTimeout {
-			t.Fatalf("ContextTimeoutEnabled %v: inline %v", ctxTimeout, lim.batch.inline)
-		}
-		ctx := context.Background()
-		for i := 0; i < 3; i++ {
-			if err := c.ScriptFlush(ctx).Err(); err != nil {
-				t.Fatal(err)
+	for _, rebuild := range []bool{false, true} {
+		for _, ctxTimeout := range []bool{false, true} {
+			opt := redistest.Options(t)
+			opt.ContextTimeoutEnabled = ctxTimeout
+			c := redis.NewClient(opt)
+			defer c.Close()
+			c.AddHook(wrapErrors{rebuild: rebuild})
+			lim := newOn(t, c, FixedWindow, PerHour(10), WithTimeout(5*time.Second),
+				WithPrefix(fmt.Sprintf("wrapped-%d", time.Now().UnixNano())))
+			if lim.batch.inline != ctxTimeout {
+				t.Fatalf("ContextTimeoutEnabled %v: inline %v", ctxTimeout, lim.batch.inline)
 			}
-			if r, err := lim.Allow(ctx, "k"); err != nil || r.Remaining != 9-i {
-				t.Errorf("ContextTimeoutEnabled %v, Allow %d after SCRIPT FLUSH: %+v, %v; want it decided", ctxTimeout, i+1, r, err)
+			ctx := context.Background()
+			for i := 0; i < 4; i++ {
+				if err := c.ScriptFlush(ctx).Err(); err != nil {
+					t.Fatal(err)
+				}
+				if r, err := lim.Allow(ctx, "k"); err != nil || r.Remaining != 9-i {
+					t.Errorf("errors rebuilt %v, ContextTimeoutEnabled %v, Allow %d after SCRIPT FLUSH: %+v, %v; want it decided",
+						rebuild, ctxTimeout, i+1, r, err)
+				}
+			}
+			if h := lim.Health(); h != Healthy {
+				t.Errorf("errors rebuilt %v, ContextTimeoutEnabled %v: Health() %v after NOSCRIPTs; want healthy", rebuild, ctxTimeout, h)
 			}
 		}
 	}

@@ -82,13 +82,19 @@ func isNetError(err error) bool { _, ok := err.(net.Error); return ok }
 func isOpError(err error) bool { _, ok := err.(*net.OpError); return ok }
 
 // replyText returns what Redis replied, when err is or wraps a reply of
-// Redis's, and "" otherwise: Redis's replies are recognised by how they
-// begin.
+// Redis's; Redis's replies are recognised by how they begin. Otherwise it
+// returns err's text: a hook of the client's may have rebuilt the reply as
+// an error of another type with the same text (one that redacts or
+// retypes errors). A network error and a timeout, which no reply's text
+// begins like, give "": their text would be built anew at each call.
 func replyText(err error) string {
 	if reply := findIn(err, isReply); reply != nil {
 		return reply.Error()
 	}
-	return ""
+	if findIn(err, isNetError) != nil || errors.Is(err, context.DeadlineExceeded) {
+		return ""
+	}
+	return err.Error()
 }
 
 // refusedBy returns the refusal err is, or nil.
@@ -185,8 +191,27 @@ func availability(err error) bool {
 		return true
 	}
 	// Anything that is not a reply from Redis: a closed pool, EOF, a refused
-	// connection.
-	return !isRedisReply(err)
+	// connection. (A reply a hook rebuilt with its text is read as one.)
+	return !isRedisReply(err) && !looksLikeReply(err)
+}
+
+// looksLikeReply reports whether err, not a reply of Redis's by its type,
+// has the text of one about a single command (NOSCRIPT, WRONGTYPE, ERR …,
+// as Redis words its errors: an upper-case code, then a space), as an
+// error a hook of the client's rebuilt from a reply has: such an error
+// says nothing about Redis's health.
+func looksLikeReply(err error) bool {
+	msg := replyText(err)
+	code, _, found := strings.Cut(msg, " ")
+	if !found || code == "" {
+		return false
+	}
+	for _, r := range code {
+		if (r < 'A' || r > 'Z') && r != '-' {
+			return false
+		}
+	}
+	return true
 }
 
 // isRedisReply reports whether err is a reply from Redis.

@@ -27,9 +27,10 @@ func TestRedisRefusalsClassifiedOnce(t *testing.T) {
 		{"NOREPLICAS Not enough good replicas to write.", false},
 		{"OOM command not allowed when used memory > 'maxmemory'.", false},
 	} {
-		// a reply from Redis (redis.Error), and the same wrapped by a
-		// hook of the client's, as go-redis keeps a command's error
-		for _, err := range []error{scriptError(tc.msg), fmt.Errorf("redis evalsha: %w", scriptError(tc.msg))} {
+		// a reply from Redis (redis.Error), the same wrapped by a hook of
+		// the client's, as go-redis keeps a command's error, and rebuilt
+		// by one with the same text
+		for _, err := range []error{scriptError(tc.msg), fmt.Errorf("redis evalsha: %w", scriptError(tc.msg)), errors.New(tc.msg)} {
 			if !availability(err) {
 				t.Errorf("availability(%q) = false; want true: Redis refuses every decision", err)
 			}
@@ -45,8 +46,10 @@ func TestRedisRefusalsClassifiedOnce(t *testing.T) {
 		"NOSCRIPT No matching script. Please use EVAL.",
 		"ERR unknown command",
 	} {
-		if availability(scriptError(msg)) || resendable(scriptError(msg), true) {
-			t.Errorf("%q: a reply about one command taken for Redis refusing decisions", msg)
+		for _, err := range []error{scriptError(msg), errors.New(msg)} {
+			if availability(err) || resendable(err, true) {
+				t.Errorf("%q (%T): a reply about one command taken for Redis refusing decisions", msg, err)
+			}
 		}
 	}
 	if !availability(errors.New("redis: client is closed")) {
