@@ -240,6 +240,41 @@ func TestHealthChangesOutliveAPanickingHook(t *testing.T) {
 	t.Errorf("the hook saw %s; want [unhealthy healthy]", got)
 }
 
+// A hook that panics again on a change queued behind the first panic
+// (a caller's decision reopened the breaker while the hook ran) panics on
+// the goroutine that delivers, never on one of sluice's own, where
+// nothing could recover it and the program would end; every change still
+// reaches the hook, in order.
+func TestHealthHookPanicsOnlyOnItsDeliverersGoroutine(t *testing.T) {
+	var mu sync.Mutex
+	var seen []Health
+	c := &healthChanges{fn: func(s Health, _ error) {
+		mu.Lock()
+		seen = append(seen, s)
+		mu.Unlock()
+		if s == Unhealthy {
+			panic("the hook's bug")
+		}
+	}}
+	deliver := c.note(Unhealthy, errors.New("down"))
+	c.note(Healthy, nil)
+	c.note(Unhealthy, errors.New("down again"))
+	var recovered any
+	func() {
+		defer func() { recovered = recover() }()
+		if deliver {
+			c.deliver()
+		}
+	}()
+	time.Sleep(50 * time.Millisecond) // a goroutine started to deliver the rest would have panicked by now
+	mu.Lock()
+	got := fmt.Sprint(seen)
+	mu.Unlock()
+	if recovered == nil || got != "[unhealthy healthy unhealthy]" {
+		t.Errorf("the hook saw %s and its panic reached the deliverer as %v; want [unhealthy healthy unhealthy], and the panic", got, recovered)
+	}
+}
+
 // A breaker reopened soon after its probes closed it (Redis answers PING
 // but not the decisions) starts its pauses where they were, doubled, up to
 // the maximum; one reopened later starts again at 50ms.

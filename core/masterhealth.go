@@ -203,33 +203,39 @@ func (c *healthChanges) note(s Health, err error) (deliver bool) {
 }
 
 // deliver calls the hook with each change queued, until none is left.
-// Should the hook panic, the panic goes on up the deliverer's stack, and
-// a goroutine of its own delivers what is left, in order.
+// Should the hook panic, the changes after it are still delivered, and
+// then the (first) panic goes on up the deliverer's stack: to the caller
+// whose decision made the change, which may recover it (an HTTP server
+// does), or, on the probe's goroutine, as any goroutine's panic would.
+// No change is dropped, and none is delivered on a goroutine of sluice's
+// own made for it.
 func (c *healthChanges) deliver() {
-	done := false
-	defer func() {
-		if !done {
-			c.mu.Lock()
-			c.delivering = len(c.queue) > 0
-			more := c.delivering
-			c.mu.Unlock()
-			if more {
-				go c.deliver()
-			}
-		}
-	}()
+	var panicked any
 	for {
 		c.mu.Lock()
 		if len(c.queue) == 0 {
-			c.queue, c.delivering, done = nil, false, true
+			c.queue, c.delivering = nil, false
 			c.mu.Unlock()
-			return
+			break
 		}
 		next := c.queue[0]
 		c.queue = c.queue[1:]
 		c.mu.Unlock()
-		c.fn(next.h, next.err)
+		if p := c.call(next); p != nil && panicked == nil {
+			panicked = p
+		}
 	}
+	if panicked != nil {
+		panic(panicked)
+	}
+}
+
+// call tells the hook of one change, and returns what the hook panicked
+// with, if it did.
+func (c *healthChanges) call(ch healthChange) (panicked any) {
+	defer func() { panicked = recover() }()
+	c.fn(ch.h, ch.err)
+	return nil
 }
 
 // slotProbeKey returns the key a master's probe writes: one of slot, under

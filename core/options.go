@@ -81,8 +81,10 @@ func WithHealthCheck(failures int, maxBackoff time.Duration) Option {
 // check fails and Healthy when the last failing one recovers. fn runs on
 // a goroutine that noticed a change (a caller's, or the probe's), and
 // must not block; it may use the limiter, even to decide on the Redis it
-// is told about. A panic in fn goes up that goroutine; the health check
-// goes on, and the changes after it still reach fn, in order.
+// is told about. A panic in fn does not stop the health check: the changes
+// queued behind it still reach fn, in order, and then the panic goes on up
+// that goroutine: a caller's (an HTTP server recovers it), or the
+// probe's, where it ends the program as any goroutine's panic does.
 func WithHealthHook(fn func(Health, error)) Option {
 	return func(o *options) { o.onHealth = fn }
 }
