@@ -211,10 +211,18 @@ func (c *healthChanges) note(s Health, err error) (deliver bool) {
 // own made for it.
 func (c *healthChanges) deliver() {
 	var panicked any
+	done := false
+	defer func() {
+		if !done { // the hook ended its goroutine (runtime.Goexit): the next change's reporter delivers
+			c.mu.Lock()
+			c.delivering = false
+			c.mu.Unlock()
+		}
+	}()
 	for {
 		c.mu.Lock()
 		if len(c.queue) == 0 {
-			c.queue, c.delivering = nil, false
+			c.queue, c.delivering, done = nil, false, true
 			c.mu.Unlock()
 			break
 		}

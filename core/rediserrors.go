@@ -52,7 +52,7 @@ const scriptReadOnly = "-READONLY You can't write against a read only replica"
 // target: every failed decision is classified, and an outage fails many.
 
 // findIn returns the first error of err's tree, in errors.As's order, that
-// match accepts, or nil.
+// match accepts, or nil. (An error's own As method is not asked.)
 func findIn(err error, match func(error) bool) error {
 	for err != nil {
 		if match(err) {
