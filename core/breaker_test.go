@@ -275,6 +275,31 @@ func TestHealthHookPanicsOnlyOnItsDeliverersGoroutine(t *testing.T) {
 	}
 }
 
+// A hook that ends its goroutine (runtime.Goexit, which recover does not
+// stop) leaves the next change deliverable by whoever notes it.
+func TestHealthChangesAfterAHookEndsItsGoroutine(t *testing.T) {
+	var calls atomic.Int32
+	c := &healthChanges{fn: func(Health, error) {
+		if calls.Add(1) == 1 {
+			runtime.Goexit()
+		}
+	}}
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		if c.note(Unhealthy, errors.New("down")) {
+			c.deliver()
+		}
+	}()
+	<-ended
+	if c.note(Healthy, nil) {
+		c.deliver()
+	}
+	if n := calls.Load(); n != 2 {
+		t.Errorf("the hook was called %d times; want 2 (the change after the one whose hook ended its goroutine was not delivered)", n)
+	}
+}
+
 // A breaker reopened soon after its probes closed it (Redis answers PING
 // but not the decisions) starts its pauses where they were, doubled, up to
 // the maximum; one reopened later starts again at 50ms.
