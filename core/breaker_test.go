@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
 	"runtime"
 	"strings"
 	"sync"
@@ -297,6 +299,65 @@ func TestHealthChangesAfterAHookEndsItsGoroutine(t *testing.T) {
 	}
 	if n := calls.Load(); n != 2 {
 		t.Errorf("the hook was called %d times; want 2 (the change after the one whose hook ended its goroutine was not delivered)", n)
+	}
+}
+
+// A change queued behind one whose hook ended its goroutine is still
+// delivered, without waiting for a later change to be noted.
+func TestHealthChangeQueuedBehindAGoexitIsDelivered(t *testing.T) {
+	var mu sync.Mutex
+	var seen []Health
+	c := &healthChanges{fn: func(s Health, _ error) {
+		mu.Lock()
+		seen = append(seen, s)
+		first := len(seen) == 1
+		mu.Unlock()
+		if first {
+			runtime.Goexit()
+		}
+	}}
+	deliver := c.note(Unhealthy, errors.New("down"))
+	c.note(Healthy, nil) // queued behind it
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		if deliver {
+			c.deliver()
+		}
+	}()
+	<-ended
+	mu.Lock()
+	got := fmt.Sprint(seen)
+	mu.Unlock()
+	if got != "[unhealthy healthy]" {
+		t.Errorf("the hook saw %s; want [unhealthy healthy]", got)
+	}
+}
+
+// A hook's panic(nil) goes on up the deliverer's goroutine as any panic
+// does, even where recover returns nil for it (GODEBUG=panicnil=1): run
+// in a child process with that setting.
+func TestHealthHookPanicNil(t *testing.T) {
+	if os.Getenv("SLUICE_PANICNIL_CHILD") == "1" {
+		c := &healthChanges{fn: func(Health, error) { panic(nil) }}
+		panicked := true
+		func() {
+			defer func() { _ = recover() }()
+			if c.note(Unhealthy, errors.New("down")) {
+				c.deliver()
+			}
+			panicked = false
+		}()
+		if !panicked {
+			fmt.Println("the hook's panic(nil) did not reach the deliverer")
+			os.Exit(3)
+		}
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHealthHookPanicNil$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "SLUICE_PANICNIL_CHILD=1", "GODEBUG=panicnil=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("with GODEBUG=panicnil=1: %v\n%s", err, out)
 	}
 }
 

@@ -204,19 +204,17 @@ func (c *healthChanges) note(s Health, err error) (deliver bool) {
 
 // deliver calls the hook with each change queued, until none is left.
 // Should the hook panic, the changes after it are still delivered, and
-// then the (first) panic goes on up the deliverer's stack: to the caller
-// whose decision made the change, which may recover it (an HTTP server
-// does), or, on the probe's goroutine, as any goroutine's panic would.
-// No change is dropped, and none is delivered on a goroutine of sluice's
-// own made for it.
+// then the (first) panic goes on up the deliverer's goroutine: a caller's
+// or the probe's, whichever is delivering (see WithHealthHook). Should it
+// end its goroutine (runtime.Goexit), the changes after it are delivered
+// on the way out. No change is dropped or left waiting, and none is
+// delivered on a goroutine made for it.
 func (c *healthChanges) deliver() {
-	var panicked any
-	done := false
+	var first any
+	panicked, done := false, false
 	defer func() {
-		if !done { // the hook ended its goroutine (runtime.Goexit): the next change's reporter delivers
-			c.mu.Lock()
-			c.delivering = false
-			c.mu.Unlock()
+		if !done { // the hook ended its goroutine: deliver the rest on the way out
+			c.deliver()
 		}
 	}()
 	for {
@@ -229,21 +227,26 @@ func (c *healthChanges) deliver() {
 		next := c.queue[0]
 		c.queue = c.queue[1:]
 		c.mu.Unlock()
-		if p := c.call(next); p != nil && panicked == nil {
-			panicked = p
+		if p, ok := c.call(next); !ok && !panicked {
+			first, panicked = p, true
 		}
 	}
-	if panicked != nil {
-		panic(panicked)
+	if panicked {
+		panic(first)
 	}
 }
 
-// call tells the hook of one change, and returns what the hook panicked
-// with, if it did.
-func (c *healthChanges) call(ch healthChange) (panicked any) {
-	defer func() { panicked = recover() }()
+// call tells the hook of one change, and reports whether it returned;
+// when it panicked, with what (nil for panic(nil) under
+// GODEBUG=panicnil=1, hence the flag).
+func (c *healthChanges) call(ch healthChange) (panicked any, returned bool) {
+	defer func() {
+		if !returned {
+			panicked = recover()
+		}
+	}()
 	c.fn(ch.h, ch.err)
-	return nil
+	return nil, true
 }
 
 // slotProbeKey returns the key a master's probe writes: one of slot, under

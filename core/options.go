@@ -79,12 +79,14 @@ func WithHealthCheck(failures int, maxBackoff time.Duration) Option {
 // that made it unhealthy (nil when it recovers), one change at a time and
 // in order. On a Redis Cluster it reports Unhealthy when a first master's
 // check fails and Healthy when the last failing one recovers. fn runs on
-// a goroutine that noticed a change (a caller's, or the probe's), and
+// the goroutine of a caller whose decision made a change, or of the
+// health probe, whichever is delivering changes at that moment (a change
+// made while fn runs waits for it, and is told on the same goroutine). It
 // must not block; it may use the limiter, even to decide on the Redis it
-// is told about. A panic in fn does not stop the health check: the changes
-// queued behind it still reach fn, in order, and then the panic goes on up
-// that goroutine: a caller's (an HTTP server recovers it), or the
-// probe's, where it ends the program as any goroutine's panic does.
+// is told about. fn must not panic: the changes queued behind a panic
+// still reach fn, in order, and then the panic goes on up that goroutine,
+// where a caller's HTTP server may recover it, and the probe's ends the
+// program as any goroutine's panic does.
 func WithHealthHook(fn func(Health, error)) Option {
 	return func(o *options) { o.onHealth = fn }
 }
