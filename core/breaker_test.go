@@ -138,34 +138,18 @@ func TestHealthHookInOrder(t *testing.T) {
 // must not wait for the hook that caused it: the hook returns, hears
 // Unhealthy after, and the breaker recovers again.
 func TestHealthHookMayReopenItsBreaker(t *testing.T) {
-	var mu sync.Mutex
-	var seen []Health
+	var log hookLog
 	var h *health
-	reopened := false
 	h = &health{threshold: 1, probe: func(context.Context) error { return nil }, stop: make(chan struct{})}
 	h.changes = &healthChanges{fn: func(s Health, _ error) {
-		mu.Lock()
-		seen = append(seen, s)
-		again := s == Healthy && !reopened
-		reopened = reopened || again
-		mu.Unlock()
-		if again {
+		if log.add(s) == 2 {
 			h.failure(errors.New("the hook's own decision timed out"))
 		}
 	}}
 	defer h.close()
 	h.failure(errors.New("down"))
 	want := "[unhealthy healthy unhealthy healthy]"
-	var got string
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		mu.Lock()
-		got = fmt.Sprint(seen)
-		mu.Unlock()
-		if got == want {
-			break
-		}
-	}
-	if got != want {
+	if got := log.waitFor(want, nil); got != want {
 		t.Fatalf("the hook saw %s in 5s; want %s (a hook that reopens its breaker waits on itself)", got, want)
 	}
 	if h.unhealthy() {
@@ -178,15 +162,10 @@ func TestHealthHookMayReopenItsBreaker(t *testing.T) {
 // leaves the breaker as it would be without it: the probe still runs and
 // closes it, and the next change still reaches the hook.
 func TestHealthHookPanicLeavesTheBreakerWorking(t *testing.T) {
-	var mu sync.Mutex
-	var seen []Health
+	var log hookLog
 	h := &health{threshold: 1, probe: func(context.Context) error { return nil }, stop: make(chan struct{})}
 	h.changes = &healthChanges{fn: func(s Health, _ error) {
-		mu.Lock()
-		seen = append(seen, s)
-		first := len(seen) == 1
-		mu.Unlock()
-		if first {
+		if log.add(s) == 1 {
 			panic("the hook's bug")
 		}
 	}}
@@ -196,29 +175,17 @@ func TestHealthHookPanicLeavesTheBreakerWorking(t *testing.T) {
 		h.failure(errors.New("down"))
 	}()
 	want := "[unhealthy healthy]"
-	var got string
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		mu.Lock()
-		got = fmt.Sprint(seen)
-		mu.Unlock()
-		if got == want && !h.unhealthy() {
-			return
-		}
+	if got := log.waitFor(want, func() bool { return !h.unhealthy() }); got != want || h.unhealthy() {
+		t.Errorf("the hook saw %s, breaker open %v, 5s after its hook panicked; want %s and closed", got, h.unhealthy(), want)
 	}
-	t.Errorf("the hook saw %s, breaker open %v, 5s after its hook panicked; want %s and closed", got, h.unhealthy(), want)
 }
 
 // A change queued behind one whose hook panicked is still delivered, in
 // order.
 func TestHealthChangesOutliveAPanickingHook(t *testing.T) {
-	var mu sync.Mutex
-	var seen []Health
+	var log hookLog
 	c := &healthChanges{fn: func(s Health, _ error) {
-		mu.Lock()
-		seen = append(seen, s)
-		first := len(seen) == 1
-		mu.Unlock()
-		if first {
+		if log.add(s) == 1 {
 			panic("the hook's bug")
 		}
 	}}
@@ -230,16 +197,9 @@ func TestHealthChangesOutliveAPanickingHook(t *testing.T) {
 			c.deliver()
 		}
 	}()
-	var got string
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		mu.Lock()
-		got = fmt.Sprint(seen)
-		mu.Unlock()
-		if got == "[unhealthy healthy]" {
-			return
-		}
+	if got := log.waitFor("[unhealthy healthy]", nil); got != "[unhealthy healthy]" {
+		t.Errorf("the hook saw %s; want [unhealthy healthy]", got)
 	}
-	t.Errorf("the hook saw %s; want [unhealthy healthy]", got)
 }
 
 // A hook that panics again on a change queued behind the first panic
@@ -248,12 +208,9 @@ func TestHealthChangesOutliveAPanickingHook(t *testing.T) {
 // nothing could recover it and the program would end; every change still
 // reaches the hook, in order.
 func TestHealthHookPanicsOnlyOnItsDeliverersGoroutine(t *testing.T) {
-	var mu sync.Mutex
-	var seen []Health
+	var log hookLog
 	c := &healthChanges{fn: func(s Health, _ error) {
-		mu.Lock()
-		seen = append(seen, s)
-		mu.Unlock()
+		log.add(s)
 		if s == Unhealthy {
 			panic("the hook's bug")
 		}
@@ -269,10 +226,7 @@ func TestHealthHookPanicsOnlyOnItsDeliverersGoroutine(t *testing.T) {
 		}
 	}()
 	time.Sleep(50 * time.Millisecond) // a goroutine started to deliver the rest would have panicked by now
-	mu.Lock()
-	got := fmt.Sprint(seen)
-	mu.Unlock()
-	if recovered == nil || got != "[unhealthy healthy unhealthy]" {
+	if got := log.String(); recovered == nil || got != "[unhealthy healthy unhealthy]" {
 		t.Errorf("the hook saw %s and its panic reached the deliverer as %v; want [unhealthy healthy unhealthy], and the panic", got, recovered)
 	}
 }
@@ -305,14 +259,9 @@ func TestHealthChangesAfterAHookEndsItsGoroutine(t *testing.T) {
 // A change queued behind one whose hook ended its goroutine is still
 // delivered, without waiting for a later change to be noted.
 func TestHealthChangeQueuedBehindAGoexitIsDelivered(t *testing.T) {
-	var mu sync.Mutex
-	var seen []Health
+	var log hookLog
 	c := &healthChanges{fn: func(s Health, _ error) {
-		mu.Lock()
-		seen = append(seen, s)
-		first := len(seen) == 1
-		mu.Unlock()
-		if first {
+		if log.add(s) == 1 {
 			runtime.Goexit()
 		}
 	}}
@@ -326,10 +275,7 @@ func TestHealthChangeQueuedBehindAGoexitIsDelivered(t *testing.T) {
 		}
 	}()
 	<-ended
-	mu.Lock()
-	got := fmt.Sprint(seen)
-	mu.Unlock()
-	if got != "[unhealthy healthy]" {
+	if got := log.String(); got != "[unhealthy healthy]" {
 		t.Errorf("the hook saw %s; want [unhealthy healthy]", got)
 	}
 }
@@ -359,6 +305,38 @@ func TestHealthHookPanicNil(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Errorf("with GODEBUG=panicnil=1: %v\n%s", err, out)
 	}
+}
+
+// hookLog records what a health hook is told, for the tests of the hook.
+type hookLog struct {
+	mu   sync.Mutex
+	seen []Health
+}
+
+// add records s and returns how many changes the hook has been told.
+func (l *hookLog) add(s Health) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.seen = append(l.seen, s)
+	return len(l.seen)
+}
+
+func (l *hookLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return fmt.Sprint(l.seen)
+}
+
+// waitFor waits up to 5s for the log to read want and done (nil: always)
+// to hold, and returns what the log read last.
+func (l *hookLog) waitFor(want string, done func() bool) string {
+	var got string
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if got = l.String(); got == want && (done == nil || done()) {
+			break
+		}
+	}
+	return got
 }
 
 // A breaker reopened soon after its probes closed it (Redis answers PING
