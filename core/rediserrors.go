@@ -25,9 +25,13 @@ type refusal struct {
 }
 
 // refusals are Redis's refusals of a command as a whole. OOM (a Redis out
-// of memory under noeviction), BUSY (another script runs too long) and
-// NOREPLICAS (min-replicas-to-write) refuse every decision too, but are
-// not resent: a pause of milliseconds would not end them.
+// of memory under noeviction), BUSY (another script runs too long),
+// NOREPLICAS (min-replicas-to-write) and the refusals of a client that has
+// not authenticated (a Redis restarted with a password the client lacks:
+// NOAUTH, WRONGPASS, and the protocol error with which Redis turns away an
+// unauthenticated client's longer commands, a script call among them)
+// refuse every decision too, but are not resent: a pause of milliseconds
+// would not end them.
 var refusals = [...]refusal{
 	{"LOADING", true},
 	{"READONLY", true},
@@ -38,6 +42,9 @@ var refusals = [...]refusal{
 	{"BUSY", false},
 	{"NOREPLICAS", false},
 	{"OOM", false},
+	{"NOAUTH", false},
+	{"WRONGPASS", false},
+	{"ERR Protocol error: unauthenticated", false},
 }
 
 // scriptReadOnly is how a script's write refused by a replica ends its

@@ -1,10 +1,16 @@
 package core
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // Every reply with which Redis refuses a command as a whole says Redis
@@ -26,6 +32,9 @@ func TestRedisRefusalsClassifiedOnce(t *testing.T) {
 		{"BUSY Redis is busy running a script.", false},
 		{"NOREPLICAS Not enough good replicas to write.", false},
 		{"OOM command not allowed when used memory > 'maxmemory'.", false},
+		{"NOAUTH Authentication required.", false},
+		{"WRONGPASS invalid username-password pair or user is disabled.", false},
+		{"ERR Protocol error: unauthenticated multibulk length", false},
 	} {
 		// a reply from Redis (redis.Error), the same wrapped by a hook of
 		// the client's, as go-redis keeps a command's error, and rebuilt
@@ -108,5 +117,32 @@ func TestClusterScriptRefusals(t *testing.T) {
 		if isNotHere(err) || noScriptFlags(err) {
 			t.Errorf("%v taken for a cluster refusal", err)
 		}
+	}
+}
+
+// A Redis that asks for a password the client does not give (restarted
+// with requirepass, say) refuses every decision: that counts against its
+// health, and the breaker opens, as for any Redis that cannot decide.
+func TestAuthRefusalCountsAgainstHealth(t *testing.T) {
+	srv := redistest.StartT(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer admin.Close()
+	lim := newOn(t, c, GCRA, PerSecond(100), WithHealthCheck(3, time.Second), WithTimeout(time.Second))
+	ctx := context.Background()
+	if _, err := lim.Allow(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.ConfigSet(ctx, "requirepass", "secret").Err(); err != nil {
+		t.Fatal(err)
+	}
+	_ = admin.Do(ctx, "CLIENT", "KILL", "TYPE", "normal").Err() // every connection must authenticate anew
+	var last error
+	for range 5 {
+		_, last = lim.Allow(ctx, "k")
+	}
+	if h := lim.Health(); h != Unhealthy || !errors.Is(last, ErrUnavailable) {
+		t.Errorf("after 5 decisions refused for want of a password: Health() %v, last error %v; want unhealthy, ErrUnavailable", h, last)
 	}
 }
