@@ -169,7 +169,7 @@ func (b *batcher) exec(x *execScratch, batch []*call) (handed int) {
 	}
 	if other != nil {
 		defer clear(others)
-		_, _ = other.Exec(ctx)
+		execPipe(ctx, other)
 		// Answered at once, not after the scripts: a slow script pipeline
 		// must not hold a Reset that has been done (their callers never
 		// put these calls back in the pool, so they may be signalled
@@ -203,7 +203,7 @@ func (b *batcher) exec(x *execScratch, batch []*call) (handed int) {
 		g.build(ctx, b.script, b.ruleArgs)
 		_ = pipe.Process(ctx, scriptCmd{g.cmd})
 	}
-	_, _ = pipe.Exec(ctx) // errors are read per command below; an empty pipeline sends nothing
+	execPipe(ctx, pipe) // errors are read per command below; an empty pipeline sends nothing
 	// The groups already settled are answered before any resend: one
 	// group's refusal (its pauses, its round trips) must not hold answers
 	// that are in hand, on a healthy node, past their callers' deadlines.
@@ -458,7 +458,7 @@ func (b *batcher) resend(ctx context.Context, x *execScratch) {
 			g.build(ctx, b.script, b.ruleArgs)
 			_ = pipe.Process(ctx, scriptCmd{g.cmd})
 		}
-		_, _ = pipe.Exec(ctx)
+		execPipe(ctx, pipe)
 		b.answer(ctx, x, true)
 	}
 }

@@ -260,3 +260,36 @@ func noScriptFlags(err error) bool {
 	msg := err.Error()
 	return strings.Contains(msg, "Error compiling script") && strings.Contains(msg, "near '#'")
 }
+
+// execPipe sends pipe, whose commands keep the errors go-redis sets on
+// them, except when Exec reports an error that none of them carries while
+// none has an answer either: go-redis fails so a new connection's
+// handshake (a password Redis no longer takes), reporting it from Exec
+// only, and the commands would read as a DEL or a SET done and a script
+// that answered nothing. None of them ran: each gets that error.
+func execPipe(ctx context.Context, pipe redis.Pipeliner) {
+	cmds, err := pipe.Exec(ctx)
+	if err == nil {
+		return
+	}
+	for _, cmd := range cmds {
+		if cmd.Err() != nil || answered(cmd) {
+			return
+		}
+	}
+	for _, cmd := range cmds {
+		cmd.SetErr(err)
+	}
+}
+
+// answered reports whether cmd holds a reply: a script call's list, a
+// SET's OK. (A DEL's 0 tells nothing.)
+func answered(cmd redis.Cmder) bool {
+	switch c := cmd.(type) {
+	case scriptCmd:
+		return c.Val() != nil
+	case *redis.StatusCmd:
+		return c.Val() != ""
+	}
+	return false
+}

@@ -146,3 +146,44 @@ func TestAuthRefusalCountsAgainstHealth(t *testing.T) {
 		t.Errorf("after 5 decisions refused for want of a password: Health() %v, last error %v; want unhealthy, ErrUnavailable", h, last)
 	}
 }
+
+// A client whose password Redis no longer takes (rotated on the server)
+// fails every call of a batch with that refusal, Resets and probes
+// included: go-redis reports a new connection's failed handshake from
+// Exec only, leaving the pipeline's commands with neither an error nor a
+// value, which read as a DEL or SET that succeeded and a script that
+// answered nothing.
+func TestWrongPasswordFailsEveryCall(t *testing.T) {
+	srv := redistest.StartT(t)
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer admin.Close()
+	ctx := context.Background()
+	if err := admin.ConfigSet(ctx, "requirepass", "a").Err(); err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Password: "a"})
+	defer c.Close()
+	lim := newOn(t, c, GCRA, PerSecond(100), WithHealthCheck(3, 50*time.Millisecond), WithTimeout(time.Second))
+	if _, err := lim.Allow(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.ConfigSet(ctx, "requirepass", "b").Err(); err != nil {
+		t.Fatal(err)
+	}
+	_ = admin.Do(ctx, "CLIENT", "KILL", "TYPE", "normal").Err() // every connection must authenticate anew
+	if err := lim.Reset(ctx, "k"); err == nil {
+		t.Errorf("Reset with a password Redis refuses: no error; want the refusal")
+	}
+	var last error
+	for range 5 {
+		_, last = lim.Allow(ctx, "k")
+	}
+	if !errors.Is(last, ErrUnavailable) {
+		t.Fatalf("after 5 decisions refused for a wrong password: %v; want ErrUnavailable", last)
+	}
+	for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if lim.Health() == Healthy {
+			t.Fatalf("Health() healthy while Redis refuses the client's password (the probe's SET read as done)")
+		}
+	}
+}
