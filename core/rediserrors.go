@@ -12,16 +12,21 @@ import (
 // What a failed command says about Redis is decided here, and only here:
 // whether a script call may be sent again without counting twice
 // (resendable), and whether Redis can serve decisions at all
-// (availability). Both read the one list of Redis's refusals.
+// (availability). Both read the one list of Redis's refusals, which says
+// of each refusal both.
 
 // refusal is a reply with which Redis refuses a command as a whole,
-// whatever the command: it says Redis cannot serve decisions now.
+// whatever the command, before running it.
 type refusal struct {
 	prefix string // how the reply begins
 	// resend: a script call refused so has counted nothing (refused before
 	// it ran, or at its first write: a replica's READONLY), and a pause of
 	// milliseconds may see the refusal end.
 	resend bool
+	// down: the refusal says Redis cannot serve decisions now, so it
+	// counts against Redis's health. A cluster's redirect does not: it is
+	// about one slot, while the master answers for the others.
+	down bool
 }
 
 // refusals are Redis's refusals of a command as a whole. OOM (a Redis out
@@ -32,19 +37,30 @@ type refusal struct {
 // unauthenticated client's longer commands, a script call among them)
 // refuse every decision too, but are not resent: a pause of milliseconds
 // would not end them.
+//
+// MOVED and ASK reach sluice only when go-redis has followed as many
+// redirects as its MaxRedirects allows (3 by default) and the last still
+// pointed elsewhere: a slot caught between two masters' views while it
+// moves (a master migrating it to one not yet importing it, as when the
+// importing master's replica took over mid-migration), or slot maps that
+// disagree for a moment. Nothing ran, so the call may be resent: a pause
+// may see the migration move on, and go-redis reloads its slot map
+// meanwhile.
 var refusals = [...]refusal{
-	{"LOADING", true},
-	{"READONLY", true},
-	{"MASTERDOWN", true},
-	{"TRYAGAIN", true},
-	{"CLUSTERDOWN", true},
-	{"ERR max number of clients reached", true},
-	{"BUSY", false},
-	{"NOREPLICAS", false},
-	{"OOM", false},
-	{"NOAUTH", false},
-	{"WRONGPASS", false},
-	{"ERR Protocol error: unauthenticated", false},
+	{"LOADING", true, true},
+	{"READONLY", true, true},
+	{"MASTERDOWN", true, true},
+	{"TRYAGAIN", true, true},
+	{"CLUSTERDOWN", true, true},
+	{"ERR max number of clients reached", true, true},
+	{"BUSY", false, true},
+	{"NOREPLICAS", false, true},
+	{"OOM", false, true},
+	{"NOAUTH", false, true},
+	{"WRONGPASS", false, true},
+	{"ERR Protocol error: unauthenticated", false, true},
+	{"MOVED ", true, false},
+	{"ASK ", true, false},
 }
 
 // scriptReadOnly is how a script's write refused by a replica ends its
@@ -104,9 +120,9 @@ func replyText(err error) string {
 	return err.Error()
 }
 
-// refusedBy returns the refusal err is, or nil.
-func refusedBy(err error) *refusal {
-	msg := replyText(err)
+// refusedBy returns the refusal of Redis's that msg, a reply's text (see
+// replyText), is, or nil.
+func refusedBy(msg string) *refusal {
 	if msg == "" {
 		return nil
 	}
@@ -158,23 +174,8 @@ func resendable(err error, alone bool) bool {
 	if errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrPoolExhausted) {
 		return true
 	}
-	r := refusedBy(err)
-	return r != nil && r.resend || isRedirect(err)
-}
-
-// isRedirect reports whether err is a cluster's MOVED or ASK. One reaches
-// sluice only when go-redis has followed as many redirects as its
-// MaxRedirects allows (3 by default) and the last still pointed
-// elsewhere: a slot caught between two masters' views while it moves (a
-// master migrating it to one not yet importing it, as when the importing
-// master's replica took over mid-migration), or slot maps that disagree
-// for a moment. Nothing ran, so the call may be resent: a pause may see
-// the migration move on, and go-redis reloads its slot map meanwhile. It
-// is not a refusal of Redis as a whole: it is about one slot, while the
-// master answers for the others (see availability).
-func isRedirect(err error) bool {
-	msg := replyText(err)
-	return strings.HasPrefix(msg, "MOVED ") || strings.HasPrefix(msg, "ASK ")
+	r := refusedBy(replyText(err))
+	return r != nil && r.resend
 }
 
 // availability reports whether err says Redis cannot serve decisions (as
@@ -194,21 +195,21 @@ func availability(err error) bool {
 	if findIn(err, isNetError) != nil {
 		return true
 	}
-	if refusedBy(err) != nil {
-		return true
+	msg := replyText(err)
+	if r := refusedBy(msg); r != nil {
+		return r.down
 	}
 	// Anything that is not a reply from Redis: a closed pool, EOF, a refused
 	// connection. (A reply a hook rebuilt with its text is read as one.)
-	return !isRedisReply(err) && !looksLikeReply(err)
+	return !isRedisReply(err) && !looksLikeReply(msg)
 }
 
-// looksLikeReply reports whether err, not a reply of Redis's by its type,
-// has the text of one about a single command (NOSCRIPT, WRONGTYPE, ERR …,
-// as Redis words its errors: an upper-case code, then a space), as an
-// error a hook of the client's rebuilt from a reply has: such an error
-// says nothing about Redis's health.
-func looksLikeReply(err error) bool {
-	msg := replyText(err)
+// looksLikeReply reports whether msg, the text of an error that is not a
+// reply of Redis's by its type, is that of one about a single command
+// (NOSCRIPT, WRONGTYPE, ERR …, as Redis words its errors: an upper-case
+// code, then a space), as an error a hook of the client's rebuilt from a
+// reply has: such an error says nothing about Redis's health.
+func looksLikeReply(msg string) bool {
 	code, _, found := strings.Cut(msg, " ")
 	if !found || code == "" {
 		return false
