@@ -87,18 +87,10 @@ type changeReporter interface {
 	deliver()
 }
 
-// report notes the change s after doing change (see note), then delivers
-// it, with no lock held, unless another goroutine is delivering already
-// (the hook itself, say, up the stack), which then delivers it after what
-// came before it.
-func (h *health) report(s Health, err error, change func()) {
-	if h.note(s, err, change) {
-		h.changes.deliver()
-	}
-}
-
 // note does change and notes s, both with hookMu held, and reports
-// whether the caller is to deliver it.
+// whether the caller is to deliver it, with no lock held (unless another
+// goroutine is delivering already, the hook itself say, up the stack,
+// which then delivers it after what came before it).
 func (h *health) note(s Health, err error, change func()) (deliver bool) {
 	h.hookMu.Lock()
 	defer h.hookMu.Unlock()
@@ -150,10 +142,13 @@ func (h *health) recover() {
 			// Closed with the hook's lock held: a caller reopening the
 			// breaker meanwhile notes Unhealthy after this Healthy, not
 			// before it.
-			h.report(Healthy, nil, func() {
+			deliver := h.note(Healthy, nil, func() {
 				h.failures.Store(0)
 				h.open.Store(false)
 			})
+			if deliver {
+				h.changes.deliver()
+			}
 			return
 		}
 		if errors.Is(err, redis.ErrClosed) {

@@ -158,7 +158,7 @@ func (m *masterHealth) close() {
 // a time and in order: Unhealthy when a first breaker opens (the
 // limiter's own or, on a cluster, a master's), Healthy when the last open
 // one closes. Each breaker reports its own changes in order (see
-// health.report), each Unhealthy before its Healthy.
+// health.note), each Unhealthy before its Healthy.
 //
 // The hook is called with no lock held: a hook that decides (to log, say)
 // may make a breaker open, another or the one it is told about, whose
