@@ -2,10 +2,14 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -67,5 +71,138 @@ func TestWindowRulesOverValuesFromOutside(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// A value of a rule's own form that lies ahead of Redis's clock is read as
+// state only when the key's TTL reaches as far, as it does for every value
+// the script writes: Redis's clock stepped back behind it. One without a
+// TTL (written from outside, or left by PERSIST) was never written so: it
+// is no state, the request is decided as on a missing key, and the key
+// gets a TTL. (It used to be read as state: a TAT of 2^52-1 ticks denied
+// the key for over 750,000 hours, and since a denial writes nothing and an
+// admission kept the missing TTL, the key never healed; the string forms of
+// the windows and the log's members did the same.) With a TTL that reaches
+// it, the same value still denies, with the exact wait.
+func TestStateAheadWithoutItsTTLIsNoState(t *testing.T) {
+	c := redistest.Client(t)
+	ctx := context.Background()
+	now, err := c.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hourAhead := now.Add(time.Hour).UnixMicro()
+	cases := []struct {
+		name  string
+		alg   Algorithm
+		limit Limit
+		set   func(key string) error // at an hour ahead, or far beyond (no TTL reaches it)
+	}{
+		{"GCRA, a TAT at 2^52-1", GCRA, PerHour(10), func(k string) error {
+			return c.Set(ctx, k, fmt.Sprint(int64(1)<<52-1), 0).Err()
+		}},
+		{"TokenBucket, a TAT an hour ahead", TokenBucket, PerSecond(10), func(k string) error {
+			return c.Set(ctx, k, fmt.Sprint(hourAhead), 0).Err()
+		}},
+		{"LeakyBucket, a TAT with a remainder an hour ahead", LeakyBucket, PerSecond(3), func(k string) error {
+			return c.Set(ctx, k, fmt.Sprint(hourAhead, ":1"), 0).Err()
+		}},
+		{"FixedWindow, the string form's window far ahead", FixedWindow, Limit{Rate: 10, Period: 100 * time.Millisecond}, func(k string) error {
+			return c.Set(ctx, k, "99999999999:10", 0).Err()
+		}},
+		{"SlidingWindowCounter, the string form's window far ahead", SlidingWindowCounter, PerSecond(1 << 20), func(k string) error {
+			return c.Set(ctx, k, fmt.Sprintf("99999999999:0:%d", 1<<20), 0).Err()
+		}},
+		{"SlidingWindowLog, a member an hour ahead", SlidingWindowLog, PerSecond(10), func(k string) error {
+			return c.ZAdd(ctx, k, redis.Z{Score: float64(hourAhead), Member: "5000000000000010"}).Err()
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, ttl := range []time.Duration{0, 3 * time.Hour} {
+				if ttl != 0 && !strings.Contains(tc.name, "an hour ahead") {
+					continue // far ahead: no TTL reaches it
+				}
+				lim, err := New(c, tc.alg, tc.limit, WithPrefix(fmt.Sprintf("ahead-%d", time.Now().UnixNano())))
+				if err != nil {
+					t.Fatal(err)
+				}
+				key := lim.keys("k")[0]
+				if err := tc.set(key); err != nil {
+					t.Fatal(err)
+				}
+				if ttl != 0 {
+					c.PExpire(ctx, key, ttl)
+				}
+				r, err := lim.Allow(ctx, "k")
+				lim.Close()
+				if err != nil {
+					t.Fatal(err)
+				}
+				left := c.PTTL(ctx, key).Val()
+				if ttl == 0 {
+					if !r.Allowed || r.Remaining != tc.limit.Rate-1 {
+						t.Errorf("no TTL: %+v; want admitted as on a missing key", r)
+					}
+					if left <= 0 || left > 2*time.Hour {
+						t.Errorf("no TTL: the key's TTL is %v after an admission; want one of at most two hours", left)
+					}
+					continue
+				}
+				if r.Allowed || r.RetryAfter < 59*time.Minute || r.RetryAfter > 61*time.Minute {
+					t.Errorf("with a TTL reaching it: %+v; want denied for about an hour (the clock stepped back)", r)
+				}
+			}
+		})
+	}
+}
+
+// A duration in a script's reply converts to a time.Duration without
+// wrapping round: the longest a meter can say (a TAT at 2^52-1 ticks of a
+// millisecond, with a TTL that long) is more nanoseconds than an int64
+// holds, and Redis answers a Lua number past int64 with its least value.
+// Both mean "longer than a Duration says": the longest Duration. (Wrapped,
+// such a denial said RetryAfter 0, and Wait spun against Redis.)
+func TestRepliedDurationsSaturate(t *testing.T) {
+	c := redistest.Client(t)
+	ctx := context.Background()
+	limit := Limit{Rate: 100003, Period: 24 * time.Hour} // counted in ticks of a millisecond
+	lim, err := New(c, GCRA, limit, WithPrefix(fmt.Sprintf("saturate-%d", time.Now().UnixNano())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lim.Close()
+	if tick := lim.rules[0].tick; tick != 1000 {
+		t.Fatalf("%s is counted in ticks of %dµs; the test wants a millisecond", limit, tick)
+	}
+	key := lim.keys("k")[0]
+	if err := c.Set(ctx, key, fmt.Sprint(int64(1)<<52-1), 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Do(ctx, "PEXPIRE", key, int64(1)<<62).Err(); err != nil { // 2^62 ms
+		t.Fatal(err)
+	}
+	r, err := lim.Allow(ctx, "k")
+	if err != nil || r.Allowed || r.RetryAfter != time.Duration(math.MaxInt64) || r.ResetAfter != time.Duration(math.MaxInt64) {
+		t.Errorf("Allow: %+v, %v; want denied, RetryAfter and ResetAfter the longest Duration", r, err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if err := lim.Wait(wctx, "k"); !errors.Is(err, context.DeadlineExceeded) || wctx.Err() != nil {
+		t.Errorf("Wait: %v (its context: %v); want at once an error wrapping context.DeadlineExceeded", err, wctx.Err())
+	}
+}
+
+// A reply that says less than zero, which the script never sends but
+// Redis makes of a Lua number past int64 (or NaN), reads as the longest
+// Duration too.
+func TestNegativeReplyDurationsSaturate(t *testing.T) {
+	for _, v := range []int64{math.MinInt64, -1, math.MaxInt64, math.MaxInt64 / 1000 * 2} {
+		if d := micros(v); d != time.Duration(math.MaxInt64) {
+			t.Errorf("micros(%d) = %v; want the longest Duration", v, d)
+		}
+	}
+	if d := micros(1500); d != 1500*time.Microsecond {
+		t.Errorf("micros(1500) = %v; want 1.5ms", d)
 	}
 }

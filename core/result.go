@@ -1,6 +1,7 @@
 package core
 
 import (
+	"math"
 	"time"
 )
 
@@ -62,9 +63,9 @@ func buildResult(rules []compiledRule, v []int64) Result {
 			Limit:      rules[i].Limit,
 			Allowed:    w[0] == 1,
 			Remaining:  int(w[1]),
-			RetryAfter: time.Duration(w[2]) * time.Microsecond,
-			ResetAfter: time.Duration(w[3]) * time.Microsecond,
-			Delay:      time.Duration(w[4]) * time.Microsecond,
+			RetryAfter: micros(w[2]),
+			ResetAfter: micros(w[3]),
+			Delay:      micros(w[4]),
 		}
 		res.Rules[i] = rr
 		if rr.ResetAfter > res.ResetAfter {
@@ -93,4 +94,16 @@ func buildResult(rules []compiledRule, v []int64) Result {
 		res.RetryAfter = d.RetryAfter
 	}
 	return res
+}
+
+// micros converts microseconds of a reply to a Duration, the longest one
+// for more than a Duration holds. A reply never says less than zero, but
+// Redis answers a Lua number past int64 (or NaN) with int64's least: that
+// is more too. (A value from outside, with a TTL as long, can make the
+// script say so; wrapped round, a denial said RetryAfter 0.)
+func micros(v int64) time.Duration {
+	if v < 0 || v > math.MaxInt64/int64(time.Microsecond) {
+		return math.MaxInt64
+	}
+	return time.Duration(v) * time.Microsecond
 }

@@ -22,10 +22,11 @@
 -- step back of up to a day at least. (The string form, which names the
 -- window whole, keeps counting in a later window after a step back of any
 -- length; a step back of more than a day is read as a new window in the
--- integer form.) A value read as of a window ahead must also have the TTL
--- such a value is written with (see ahead_alive), so that a key whose TTL
--- was removed from outside is not taken, once its tag comes round, for a
--- window ahead.
+-- integer form.) A value read as of a window ahead, in either form, must
+-- also have the TTL such a value is written with (see ahead_alive), so
+-- that a key whose TTL was removed from outside is not taken, once its tag
+-- comes round, for a window ahead, nor a string written from outside for
+-- a window centuries ahead.
 -- Params: a = rate (events per window), b = period (ticks), c = 1 for the
 -- integer form, 0 for the string form (core/compile.go chooses, by the
 -- bounds above), d unused.
@@ -78,7 +79,8 @@ local function fixed_window(key, now, rate, period, integer, n, tick)
     else
       local sw, sc = match(v, '^(%d+):(%d+)$')
       sw = tonumber(sw)
-      if sw and sw >= w then -- (sw > w only if the clock stepped back)
+      -- (sw > w only if the clock stepped back, and the key's TTL agrees)
+      if sw == w or sw and sw > w and ahead_alive(key, sw * period - now, tick) then
         w, c, keep = sw, tonumber(sc), true
       end
     end

@@ -39,14 +39,16 @@ local function ttl_ms(ticks, tick)
   return format('%d', us / 1000)
 end
 
--- ahead_alive reports whether key, whose value the window algorithms read
--- as of a window that starts ticks from now (Redis's clock stepped back
--- behind it), has a TTL reaching that window's start, as every such value
--- is written with. One without (PERSIST), or with a shorter one, holds a
--- window gone by whose tag has come round again. (Asked only of a window
--- ahead, after a clock step back: rare.)
+-- ahead_alive reports whether key, whose value lies ticks ahead of now
+-- (a window that starts then, a meter's TAT, the instant the log's newest
+-- request leaves its window: Redis's clock stepped back behind it), has a
+-- TTL reaching that far, as every value the script writes has (give or
+-- take the millisecond Redis counts expiry in). One without (written from
+-- outside, or left by PERSIST), or with a shorter one, is no state: for
+-- the integer window forms, a window gone by whose tag has come round
+-- again. (Asked only of a value ahead, after a clock step back: rare.)
 local function ahead_alive(key, ticks, tick)
-  return call('PTTL', key) * 1000 >= ticks * tick
+  return (call('PTTL', key) + 1) * 1000 >= ticks * tick
 end
 
 -- The meters (meter.lua) keep a key until the tick its state is back to

@@ -34,7 +34,11 @@
 -- the debt the TAT says, plus the rate times the step: time the clock has
 -- to run again before it refills. When that passes the capacity, the
 -- request is denied with the exact wait. (Stricter than before the step,
--- never looser.)
+-- never looser.) So is a TAT further ahead than the capacity reaches only
+-- when the key's TTL reaches it too, as every TAT written here does (see
+-- ahead_alive): one written from outside without (any TAT up to 2^52, or
+-- a remainder of rate or more) is no state, not a debt of centuries that a
+-- denial, which writes nothing, would never heal.
 
 -- meter_admissible counts the unit events admissible one after another at
 -- debt l: each must fit in the capacity cap and, with a bound (maxdelay >=
@@ -56,7 +60,7 @@ local function meter_admissible(l, rate, event, cap, maxdelay)
 end
 
 -- meter decides one rule (see the top of this file).
-local function meter(key, now, rate, event, cap, n, _, maxdelay, cell)
+local function meter(key, now, rate, event, cap, n, tick, maxdelay, cell)
   local debt = 0 -- TAT − now, in units
   local need = n * event
   local was -- the stored TAT's whole ticks
@@ -69,21 +73,24 @@ local function meter(key, now, rate, event, cap, n, _, maxdelay, cell)
       tat, rem = match(v, '^(%d+):(%d+)$')
       tat, rem = tonumber(tat), tonumber(rem)
     end
-    if tat and not (tat < 4503599627370496 and tat % 1 == 0) then
+    if tat and not (tat < 4503599627370496 and tat % 1 == 0 and rem < rate) then
       -- 2^52 ticks or more, or not a whole number, never written here
       -- ("inf", "1e300", "nan", "12.5", written from outside, which Lua
-      -- reads as numbers): no state, not a debt that never ends (NaN
-      -- fails every comparison)
+      -- reads as numbers), nor a remainder of a whole tick or more: no
+      -- state, not a debt that never ends (NaN fails every comparison)
       tat, whole_form = nil, nil
     end
-    was = tat
     if tat and tat >= now then
       local ahead = tat - now
+      debt = ahead * rate + rem
       -- More debt than the capacity holds: the clock stepped back. Denied,
       -- with the exact wait. (Far back, ahead × rate passes 2^53 and
       -- rounds; but rounding never brings a sum above cap down to cap,
-      -- since cap + 1 is a double.)
-      if ahead * rate + rem > cap then
+      -- since cap + 1 is a double.) Unless the key's TTL falls short of
+      -- the TAT: then no state (see the top of this file).
+      if debt > cap and not ahead_alive(key, ahead, tick) then
+        tat, whole_form, debt = nil, nil, 0
+      elseif debt > cap then
         local x = rem + need - cap -- admitted r ticks on, once (ahead - r) × rate <= -x
         local retry
         if x >= 0 then
@@ -97,8 +104,8 @@ local function meter(key, now, rate, event, cap, n, _, maxdelay, cell)
         end
         return false, 0, retry, reset, 0, 0, nil
       end
-      debt = ahead * rate + rem
     end
+    was = tat
   end
   local wait = ceildiv(debt, rate) -- until untouched; a shaped request's delay
   local avail

@@ -30,7 +30,9 @@
 -- until that window comes round again is reported short by the windows of
 -- the missing turns; and a step back of a whole number of turns less one
 -- to seven windows, the first of them from 2,040 windows on at the
--- fewest, reads as a window gone by (the counts are lost).
+-- fewest, reads as a window gone by (the counts are lost). The string form
+-- names its window whole, and is read as of a window ahead only when the
+-- key's TTL agrees too.
 -- Params: a = rate, b = period (ticks), c = place (0: the string form),
 -- d = tags.
 -- Returns the common shape (prelude.lua). All comparisons are scaled by
@@ -126,7 +128,8 @@ local function sliding_window_counter(key, now, rate, period, place, n, tick, ta
     else
       local sw, sp, sc = match(v, '^(%d+):(%d+):(%d+)$')
       sw = tonumber(sw)
-      if sw and sw >= w then -- (sw > w only if the clock stepped back)
+      -- (sw > w only if the clock stepped back, and the key's TTL agrees)
+      if sw == w or sw and sw > w and ahead_alive(key, sw * period - now, tick) then
         keep = sw == w
         w = sw
         p = tonumber(sp)

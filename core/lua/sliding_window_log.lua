@@ -47,7 +47,11 @@
 -- count is by number. (A key written by an earlier build, with a member
 -- per event, is never read as one of these: SlidingWindowLog hashes its
 -- state's form into its fingerprint. One whose TTL was removed from
--- outside gets one at its first write in another cell.)
+-- outside gets one at its first write in another cell. A set whose newest
+-- member lies ahead of now is read as after a clock step back only while
+-- its TTL covers that member's leaving, as every write here makes it;
+-- without, it was not written here: it is no state, and replaced by the
+-- next admitted request's.)
 
 local function sliding_window_log(key, now, rate, period, _, n, tick)
   local newest = call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
@@ -58,7 +62,12 @@ local function sliding_window_log(key, now, rate, period, _, n, tick)
   -- members scored <= from have left the window; when the clock stepped
   -- back behind the newest member, the window still ends there
   local from = now - period
-  if latest > now then
+  local foreign = false -- the set was not written here: replace it
+  if latest > now and not ahead_alive(key, latest + period - now, tick) then
+    -- its newest member ahead, as after a clock step back, but no TTL to
+    -- cover it as every write here gives (see ahead_alive): no state
+    foreign, newest, total, latest = true, {}, 5000000000000000, -1
+  elseif latest > now then
     from = latest - period
   end
   -- base: the boundary's number; gone: its name (nil with no boundary)
@@ -113,7 +122,9 @@ local function sliding_window_log(key, now, rate, period, _, n, tick)
       at = latest -- the clock stepped back: see the top of this file
     end
     local number = total + n
-    if number >= 9000000000000000 then -- number the window afresh
+    if foreign then
+      call('DEL', key)
+    elseif number >= 9000000000000000 then -- number the window afresh
       local rows = call('ZRANGEBYSCORE', key, '(' .. int(from), '+inf', 'WITHSCORES')
       call('DEL', key)
       -- ZADD in chunks keeps unpack below Lua's stack limit
