@@ -12,9 +12,11 @@ import (
 
 // WithEchoKey sets who is limited with a function of the Echo context, such
 // as RouteKey or UserKey. Key errors are handled as for WithKey.
+//
+// A nil f panics at construction.
 func WithEchoKey(f func(echo.Context) (string, error)) Option {
 	if f == nil {
-		return func(*flow.Config) {}
+		return func(c *flow.Config) { c.NilFunc("WithEchoKey") }
 	}
 	return flow.WithContextKey(func(_ *http.Request, rc any) (string, error) {
 		c, ok := rc.(echo.Context)

@@ -12,9 +12,11 @@ import (
 
 // WithGinKey sets who is limited with a function of the Gin context, such
 // as RouteKey or UserKey. Key errors are handled as for WithKey.
+//
+// A nil f panics at construction.
 func WithGinKey(f func(*gin.Context) (string, error)) Option {
 	if f == nil {
-		return func(*flow.Config) {}
+		return func(c *flow.Config) { c.NilFunc("WithGinKey") }
 	}
 	return flow.WithContextKey(func(_ *http.Request, rc any) (string, error) {
 		c, ok := rc.(*gin.Context)

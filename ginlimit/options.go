@@ -57,6 +57,8 @@ const (
 // the peer address instead and the error, wrapping ErrKey, goes to the
 // error handler: limiting is never skipped. WithKeyErrorReject answers
 // 400 instead.
+//
+// A nil f panics at construction.
 func WithKey(f keyfunc.Func) Option { return flow.WithKey(f) }
 
 // WithKeyErrorReject answers 400 Bad Request when the key function fails,
@@ -66,15 +68,21 @@ func WithKeyErrorReject() Option { return flow.WithKeyErrorReject() }
 // WithCost sets how many events a request costs (default 1). Costs below 1
 // count as 1. A cost larger than a rule can ever admit at once is answered
 // 413 and reported to the error handler (it wraps core.ErrCostExceedsLimit).
+//
+// A nil f panics at construction.
 func WithCost(f func(*http.Request) int) Option { return flow.WithCost(f) }
 
 // WithSkip exempts the requests for which f returns true: they are served
 // without a decision and without rate-limit headers.
+//
+// A nil f panics at construction.
 func WithSkip(f func(*http.Request) bool) Option { return flow.WithSkip(f) }
 
 // WithDenyHandler sets the response to a denied request. The rate-limit
 // headers and Retry-After are already set when f is called; f writes the
 // status and the body. The default answers 429 with a text/plain body.
+//
+// A nil f panics at construction.
 func WithDenyHandler(f func(w http.ResponseWriter, r *http.Request, res core.Result)) Option {
 	return flow.WithDenyHandler(f)
 }
@@ -107,9 +115,11 @@ func WithFailClosed() Option { return flow.WithFailClosed() }
 // their limiter with this mode. A limiter given to New keeps its own
 // (core.WithFailureMode): built with core.FailLocal, it decides with its
 // twin; built with core.FailClosed, the middleware answers 503; built with
-// core.FailOpen, this option decides: core.FailClosed answers 503, while
-// core.FailOpen and core.FailLocal serve the request without rate-limit
-// headers (a built limiter cannot be given a twin afterwards).
+// core.FailOpen, this option decides: core.FailClosed answers 503,
+// core.FailOpen serves the request without rate-limit headers. New panics
+// on core.FailLocal, which a built limiter cannot be given afterwards
+// (build it with core.WithFailureMode(core.FailLocal)), and every
+// constructor on a mode other than these three.
 func WithFailureMode(m core.FailureMode) Option { return flow.WithFailureMode(m) }
 
 // WithDenyCache lets the limiter an algorithm constructor builds answer
@@ -158,6 +168,8 @@ func WithLimiterOptions(opts ...core.Option) Option { return flow.WithLimiterOpt
 // past its deadline, a cost over the limit, no limiter) at once, then at
 // most one line per kind every 10 seconds, whose "suppressed" attribute
 // counts the errors of that kind left out since the line before.
+//
+// A nil f panics at construction.
 func WithErrorHandler(f func(r *http.Request, err error)) Option { return flow.WithErrorHandler(f) }
 
 // WithTimeout bounds each decision, so that a slow or stuck Redis never
@@ -174,7 +186,10 @@ func WithErrorHandler(f func(r *http.Request, err error)) Option { return flow.W
 func WithTimeout(d time.Duration) Option { return flow.WithTimeout(d) }
 
 // WithMaxHold bounds how long the middleware holds a LeakyBucket request
-// before it proceeds (default DefaultMaxHold, 5s); d <= 0 holds none. The
+// before it proceeds (default DefaultMaxHold, 5s); 0 holds none, and a
+// negative d panics at construction, as WithMaxHold does for any other
+// algorithm (and in New, for a limiter without a LeakyBucket rule and no
+// limiter function, which could choose one that has). The
 // request context bounds the hold too: a client that goes away is not
 // served. A request that would be held longer is denied (429):
 //
@@ -199,6 +214,8 @@ func WithMaxHold(d time.Duration) Option { return flow.WithMaxHold(d) }
 // so a dropped limiter (closed with Close) is collected. It remembers the
 // RateLimit-Policy values of the last 16 rule sets it has seen; with more
 // rule sets than that in turn, each request formats its own.
+//
+// A nil f panics at construction.
 func WithLimiterFunc(f func(*http.Request) *core.Limiter) Option { return flow.WithLimiterFunc(f) }
 
 // WithPrefix sets the Redis key prefix of the limiter that an algorithm

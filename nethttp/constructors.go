@@ -14,8 +14,8 @@ import (
 // FixedWindow limits with core.FixedWindow:
 // a count per window, stored with its expiry in one step.
 //
-// It panics at construction when limit is invalid, with a message naming
-// the problem.
+// It panics at construction when limit is invalid, or an option cannot
+// apply (see New), with a message naming the problem.
 func FixedWindow(client redis.UniversalClient, limit core.Limit, opts ...Option) func(http.Handler) http.Handler {
 	return middleware(flow.Must("nethttp.FixedWindow", client, core.FixedWindow, limit, opts))
 }
@@ -23,8 +23,8 @@ func FixedWindow(client redis.UniversalClient, limit core.Limit, opts ...Option)
 // SlidingWindowLog limits with core.SlidingWindowLog:
 // one sorted-set entry per admitted request: exact.
 //
-// It panics at construction when limit is invalid, with a message naming
-// the problem.
+// It panics at construction when limit is invalid, or an option cannot
+// apply (see New), with a message naming the problem.
 func SlidingWindowLog(client redis.UniversalClient, limit core.Limit, opts ...Option) func(http.Handler) http.Handler {
 	return middleware(flow.Must("nethttp.SlidingWindowLog", client, core.SlidingWindowLog, limit, opts))
 }
@@ -32,8 +32,8 @@ func SlidingWindowLog(client redis.UniversalClient, limit core.Limit, opts ...Op
 // SlidingWindowCounter limits with core.SlidingWindowCounter:
 // weighted previous + current window.
 //
-// It panics at construction when limit is invalid, with a message naming
-// the problem.
+// It panics at construction when limit is invalid, or an option cannot
+// apply (see New), with a message naming the problem.
 func SlidingWindowCounter(client redis.UniversalClient, limit core.Limit, opts ...Option) func(http.Handler) http.Handler {
 	return middleware(flow.Must("nethttp.SlidingWindowCounter", client, core.SlidingWindowCounter, limit, opts))
 }
@@ -44,8 +44,8 @@ func SlidingWindowCounter(client redis.UniversalClient, limit core.Limit, opts .
 // WithMaxHold and no longer than the request's context lives, before the
 // next handler runs.
 //
-// It panics at construction when limit is invalid, with a message naming
-// the problem.
+// It panics at construction when limit is invalid, or an option cannot
+// apply (see New), with a message naming the problem.
 func LeakyBucket(client redis.UniversalClient, limit core.Limit, opts ...Option) func(http.Handler) http.Handler {
 	return middleware(flow.Must("nethttp.LeakyBucket", client, core.LeakyBucket, limit, opts))
 }
@@ -53,8 +53,8 @@ func LeakyBucket(client redis.UniversalClient, limit core.Limit, opts ...Option)
 // TokenBucket limits with core.TokenBucket:
 // capacity Burst, refilled continuously at Rate/Period.
 //
-// It panics at construction when limit is invalid, with a message naming
-// the problem.
+// It panics at construction when limit is invalid, or an option cannot
+// apply (see New), with a message naming the problem.
 func TokenBucket(client redis.UniversalClient, limit core.Limit, opts ...Option) func(http.Handler) http.Handler {
 	return middleware(flow.Must("nethttp.TokenBucket", client, core.TokenBucket, limit, opts))
 }
@@ -62,16 +62,20 @@ func TokenBucket(client redis.UniversalClient, limit core.Limit, opts ...Option)
 // GCRA limits with core.GCRA:
 // theoretical arrival time, one key.
 //
-// It panics at construction when limit is invalid, with a message naming
-// the problem.
+// It panics at construction when limit is invalid, or an option cannot
+// apply (see New), with a message naming the problem.
 func GCRA(client redis.UniversalClient, limit core.Limit, opts ...Option) func(http.Handler) http.Handler {
 	return middleware(flow.Must("nethttp.GCRA", client, core.GCRA, limit, opts))
 }
 
 // New limits with l, a limiter of one rule or a policy of several; l may be
-// nil when WithLimiterFunc chooses the limiter. It panics only when it is
-// given nothing to decide with (a nil l and no WithLimiterFunc), or an
-// option that only the limiter of an algorithm constructor takes.
+// nil when WithLimiterFunc chooses the limiter. It panics at construction
+// when it is given nothing to decide with (a nil l and no WithLimiterFunc),
+// or an option that cannot apply, with a message naming it: one that only
+// the limiter of an algorithm constructor takes (WithTimeout, WithPrefix,
+// WithDenyCache, WithLimiterOptions, WithFailureMode(core.FailLocal)),
+// WithMaxHold for a limiter without a LeakyBucket rule (and no
+// WithLimiterFunc), a nil function, an unknown header or failure mode.
 func New(l *core.Limiter, opts ...Option) func(http.Handler) http.Handler {
 	return middleware(flow.MustNew("nethttp.New", l, opts))
 }

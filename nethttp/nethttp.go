@@ -13,10 +13,11 @@
 // SlidingWindowCounter, LeakyBucket, TokenBucket, GCRA) build a one-rule
 // limiter and panic at once on an invalid limit, naming the problem; New
 // takes any core.Limiter, such as a policy of several rules, and panics
-// only when it has nothing to decide with (a nil limiter and no
-// WithLimiterFunc) or is given an option that only the algorithm
-// constructors' limiter takes (WithTimeout, WithPrefix, WithDenyCache,
-// WithLimiterOptions). Nothing panics while serving.
+// when it has nothing to decide with (a nil limiter and no
+// WithLimiterFunc). Every constructor panics on an option that cannot
+// apply where it is given (a nil function, WithMaxHold without a
+// LeakyBucket, in New an option that only the algorithm constructors'
+// limiter takes: see New). Nothing panics while serving.
 //
 // # The request flow
 //

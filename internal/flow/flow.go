@@ -68,6 +68,26 @@ type Config struct {
 	customKey, customDeny bool
 
 	forLimiter limiterOption // the first option set that only a constructor's limiter takes (see MustNew)
+	prefixed   bool          // WithPrefix was given, "" included: core.New refuses ""
+	holds      bool          // WithMaxHold was given: only a LeakyBucket holds
+	misused    string        // the first option given what it cannot take (see mustBeValid)
+}
+
+// mistake records, unless one is recorded already, that an option was given
+// what it cannot take: Must and MustNew panic with the message.
+func (c *Config) mistake(format string, args ...any) {
+	if c.misused == "" {
+		c.misused = fmt.Sprintf(format, args...)
+	}
+}
+
+// NilFunc records that option was given a nil function, which Must and
+// MustNew refuse: the default it would leave in place (the peer address as
+// the key, say) is seldom what a function that came out nil was meant to
+// be. The adapters' router-native options (WithGinKey, WithEchoKey) report
+// theirs with it.
+func (c *Config) NilFunc(option string) {
+	c.mistake("%s(nil): a nil function (leave the option out for the default)", option)
 }
 
 // limiterOption names an option that configures the limiter an algorithm
@@ -91,10 +111,12 @@ type Option = func(*Config)
 // adapters wrap it to their context type.
 func WithContextKey(f func(r *http.Request, rc any) (string, error)) Option {
 	return func(c *Config) {
-		if f != nil {
-			c.Key = f
-			c.customKey = true
+		if f == nil {
+			c.NilFunc("WithContextKey")
+			return
 		}
+		c.Key = f
+		c.customKey = true
 	}
 }
 
@@ -144,46 +166,77 @@ func New[O ~func(*Config)](l *core.Limiter, opts []O) *Flow {
 // decide with, a nil l and no limiter function. Such a middleware would
 // serve every request unlimited and report an error for each.
 //
-// It panics too when given an option that configures the limiter an
-// algorithm constructor builds (WithTimeout, WithPrefix, WithDenyCache,
-// WithLimiterOptions): the limiter given to New is built already, and the
-// option would do nothing; and on an unknown header mode.
+// It panics too on an option that cannot apply to a limiter built already:
+// one that configures the limiter an algorithm constructor builds
+// (WithTimeout, WithPrefix, WithDenyCache, WithLimiterOptions), the
+// failure mode core.FailLocal (a built limiter cannot be given a twin),
+// WithMaxHold when l has no LeakyBucket rule (and no limiter function may
+// choose another limiter); and on what mustBeValid refuses.
 func MustNew[O ~func(*Config)](where string, l *core.Limiter, opts []O) *Flow {
 	f := New[O](l, opts)
-	if l == nil && f.cfg.LimiterFor == nil {
+	c := &f.cfg
+	if l == nil && c.LimiterFor == nil {
 		panic(where + ": nil limiter and no WithLimiterFunc")
 	}
-	if o := f.cfg.forLimiter; o.name != "" {
+	c.mustBeValid(where)
+	if o := c.forLimiter; o.name != "" {
 		panic(fmt.Sprintf("%s: %s configures the limiter an algorithm constructor builds, not the one given to New: use %s on that limiter", where, o.name, o.instead))
 	}
-	f.cfg.mustBeValid(where)
+	if c.FailureMode == core.FailLocal {
+		panic(where + ": WithFailureMode(core.FailLocal) needs the limiter's in-process twin, which a limiter built already cannot be given: build the limiter given to New with core.WithFailureMode(core.FailLocal)")
+	}
+	if c.holds && c.LimiterFor == nil && !holds(l.Rules()) {
+		panic(where + ": WithMaxHold bounds how long a LeakyBucket request is held, and the limiter given to New has no LeakyBucket rule")
+	}
 	return f
 }
 
-// mustBeValid panics, with a message that starts with where, on a setting
-// of the flow's own that is not one of its kind's values (those of the
-// limiter are checked by core.New).
+// holds reports whether a rule of rules is a LeakyBucket, which holds
+// requests.
+func holds(rules []core.Rule) bool {
+	for _, r := range rules {
+		if r.Algorithm == core.LeakyBucket {
+			return true
+		}
+	}
+	return false
+}
+
+// mustBeValid panics, with a message that starts with where, on an option
+// given what it cannot take, and on a setting of the flow's own that is
+// not one of its kind's values (those of the limiter an algorithm
+// constructor builds are checked by core.New as well).
 func (c *Config) mustBeValid(where string) {
+	if c.misused != "" {
+		panic(where + ": " + c.misused)
+	}
 	if c.Headers < HeadersDraft || c.Headers > HeadersNone {
 		panic(fmt.Sprintf("%s: unknown header mode %d: WithHeaders takes HeadersDraft, HeadersLegacy, HeadersBoth or HeadersNone", where, c.Headers))
+	}
+	if c.FailureMode < core.FailOpen || c.FailureMode > core.FailLocal {
+		panic(fmt.Sprintf("%s: unknown failure mode %d: WithFailureMode takes core.FailOpen, core.FailClosed or core.FailLocal", where, c.FailureMode))
 	}
 }
 
 // Must returns the flow of a one-rule limiter of algorithm alg. It panics
 // when the limit (or the client, the prefix, or the header mode) is
-// invalid, with a message that starts with where, such as
-// "ginlimit.TokenBucket".
+// invalid, on WithMaxHold for an algorithm other than LeakyBucket, and on
+// what mustBeValid refuses, with a message that starts with where, such
+// as "ginlimit.TokenBucket".
 func Must[O ~func(*Config)](where string, client redis.UniversalClient, alg core.Algorithm, limit core.Limit, opts []O) *Flow {
 	f := New[O](nil, opts)
 	c := &f.cfg
 	c.mustBeValid(where)
+	if c.holds && alg != core.LeakyBucket {
+		panic(fmt.Sprintf("%s: WithMaxHold bounds how long a LeakyBucket request is held; a %s limiter admits or denies at once", where, alg))
+	}
 	copts := []core.Option{
 		core.WithTimeout(c.Timeout),
 		core.WithFailureMode(c.FailureMode),
 		core.WithMaxDelay(c.MaxHold),
 		core.WithDenyCache(c.DenyCache),
 	}
-	if c.Prefix != "" {
+	if c.prefixed {
 		copts = append(copts, core.WithPrefix(c.Prefix))
 	}
 	if c.Shadow {

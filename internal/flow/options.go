@@ -57,12 +57,16 @@ const (
 // the peer address instead and the error, wrapping ErrKey, goes to the
 // error handler: limiting is never skipped. WithKeyErrorReject answers
 // 400 instead.
+//
+// A nil f panics at construction.
 func WithKey(f keyfunc.Func) Option {
 	return func(c *Config) {
-		if f != nil {
-			c.Key = func(r *http.Request, _ any) (string, error) { return f(r) }
-			c.customKey = true
+		if f == nil {
+			c.NilFunc("WithKey")
+			return
 		}
+		c.Key = func(r *http.Request, _ any) (string, error) { return f(r) }
+		c.customKey = true
 	}
 }
 
@@ -73,21 +77,45 @@ func WithKeyErrorReject() Option { return func(c *Config) { c.KeyErrorReject = t
 // WithCost sets how many events a request costs (default 1). Costs below 1
 // count as 1. A cost larger than a rule can ever admit at once is answered
 // 413 and reported to the error handler (it wraps core.ErrCostExceedsLimit).
-func WithCost(f func(*http.Request) int) Option { return func(c *Config) { c.Cost = f } }
+//
+// A nil f panics at construction.
+func WithCost(f func(*http.Request) int) Option {
+	return func(c *Config) {
+		if f == nil {
+			c.NilFunc("WithCost")
+			return
+		}
+		c.Cost = f
+	}
+}
 
 // WithSkip exempts the requests for which f returns true: they are served
 // without a decision and without rate-limit headers.
-func WithSkip(f func(*http.Request) bool) Option { return func(c *Config) { c.Skip = f } }
+//
+// A nil f panics at construction.
+func WithSkip(f func(*http.Request) bool) Option {
+	return func(c *Config) {
+		if f == nil {
+			c.NilFunc("WithSkip")
+			return
+		}
+		c.Skip = f
+	}
+}
 
 // WithDenyHandler sets the response to a denied request. The rate-limit
 // headers and Retry-After are already set when f is called; f writes the
 // status and the body. The default answers 429 with a text/plain body.
+//
+// A nil f panics at construction.
 func WithDenyHandler(f func(w http.ResponseWriter, r *http.Request, res core.Result)) Option {
 	return func(c *Config) {
-		if f != nil {
-			c.Deny = f
-			c.customDeny = true
+		if f == nil {
+			c.NilFunc("WithDenyHandler")
+			return
 		}
+		c.Deny = f
+		c.customDeny = true
 	}
 }
 
@@ -119,9 +147,11 @@ func WithFailClosed() Option { return WithFailureMode(core.FailClosed) }
 // their limiter with this mode. A limiter given to New keeps its own
 // (core.WithFailureMode): built with core.FailLocal, it decides with its
 // twin; built with core.FailClosed, the middleware answers 503; built with
-// core.FailOpen, this option decides: core.FailClosed answers 503, while
-// core.FailOpen and core.FailLocal serve the request without rate-limit
-// headers (a built limiter cannot be given a twin afterwards).
+// core.FailOpen, this option decides: core.FailClosed answers 503,
+// core.FailOpen serves the request without rate-limit headers. New panics
+// on core.FailLocal, which a built limiter cannot be given afterwards
+// (build it with core.WithFailureMode(core.FailLocal)), and every
+// constructor on a mode other than these three.
 func WithFailureMode(m core.FailureMode) Option { return func(c *Config) { c.FailureMode = m } }
 
 // WithDenyCache lets the limiter an algorithm constructor builds answer
@@ -177,11 +207,15 @@ func WithLimiterOptions(opts ...core.Option) Option {
 // past its deadline, a cost over the limit, no limiter) at once, then at
 // most one line per kind every 10 seconds, whose "suppressed" attribute
 // counts the errors of that kind left out since the line before.
+//
+// A nil f panics at construction.
 func WithErrorHandler(f func(r *http.Request, err error)) Option {
 	return func(c *Config) {
-		if f != nil {
-			c.OnError = f
+		if f == nil {
+			c.NilFunc("WithErrorHandler")
+			return
 		}
+		c.OnError = f
 	}
 }
 
@@ -201,7 +235,10 @@ func WithTimeout(d time.Duration) Option {
 }
 
 // WithMaxHold bounds how long the middleware holds a LeakyBucket request
-// before it proceeds (default DefaultMaxHold, 5s); d <= 0 holds none. The
+// before it proceeds (default DefaultMaxHold, 5s); 0 holds none, and a
+// negative d panics at construction, as WithMaxHold does for any other
+// algorithm (and in New, for a limiter without a LeakyBucket rule and no
+// limiter function, which could choose one that has). The
 // request context bounds the hold too: a client that goes away is not
 // served. A request that would be held longer is denied (429):
 //
@@ -216,7 +253,12 @@ func WithTimeout(d time.Duration) Option {
 // It is named for what the HTTP layer does; core.WithMaxDelay is the
 // limiter's bound, which has no default.
 func WithMaxHold(d time.Duration) Option {
-	return func(c *Config) { c.MaxHold = max(d, 0) }
+	return func(c *Config) {
+		c.MaxHold, c.holds = max(d, 0), true
+		if d < 0 {
+			c.mistake("WithMaxHold(%v): a negative hold (0 holds none)", d)
+		}
+	}
 }
 
 // WithLimiterFunc chooses the limiter of each request, for example by plan
@@ -228,8 +270,16 @@ func WithMaxHold(d time.Duration) Option {
 // so a dropped limiter (closed with Close) is collected. It remembers the
 // RateLimit-Policy values of the last 16 rule sets it has seen; with more
 // rule sets than that in turn, each request formats its own.
+//
+// A nil f panics at construction.
 func WithLimiterFunc(f func(*http.Request) *core.Limiter) Option {
-	return func(c *Config) { c.LimiterFor = f }
+	return func(c *Config) {
+		if f == nil {
+			c.NilFunc("WithLimiterFunc")
+			return
+		}
+		c.LimiterFor = f
+	}
 }
 
 // WithPrefix sets the Redis key prefix of the limiter that an algorithm
@@ -239,5 +289,8 @@ func WithLimiterFunc(f func(*http.Request) *core.Limiter) Option {
 // when given it (the limiter given to New keeps the prefix it was built
 // with, core.WithPrefix).
 func WithPrefix(prefix string) Option {
-	return func(c *Config) { c.Prefix = prefix; c.limiterOnly("WithPrefix", "core.WithPrefix") }
+	return func(c *Config) {
+		c.Prefix, c.prefixed = prefix, true
+		c.limiterOnly("WithPrefix", "core.WithPrefix")
+	}
 }

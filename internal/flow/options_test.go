@@ -45,6 +45,8 @@ func TestOptionsPassedToNew(t *testing.T) {
 	}
 	ctx := context.Background()
 
+	// (WithFailureMode(core.FailLocal) panics: TestOptionsThatCannotApplyPanic.)
+
 	// The options that only shape a constructor's limiter cannot apply to
 	// the limiter given to New: New refuses them at construction, naming
 	// the option and what to use instead.
@@ -96,7 +98,6 @@ func TestOptionsPassedToNew(t *testing.T) {
 			headers     bool
 		}{
 			{core.FailOpen, core.FailOpen, true, false},
-			{core.FailOpen, core.FailLocal, true, false},
 			{core.FailOpen, core.FailClosed, false, false},
 			{core.FailClosed, core.FailOpen, false, false},
 			{core.FailLocal, core.FailOpen, true, true},
@@ -143,5 +144,75 @@ func TestUnknownHeaderModePanics(t *testing.T) {
 			}()
 			build()
 		})
+	}
+}
+
+// An option that cannot apply where it is given, or that is given what is
+// not one of its values, panics at construction with a message naming it,
+// by the algorithm constructors and New alike: each was once taken
+// silently, the middleware then doing something else than its user meant.
+func TestOptionsThatCannotApplyPanic(t *testing.T) {
+	rdb := redistest.Client(t)
+	built := func(t *testing.T, alg core.Algorithm) *core.Limiter {
+		l, err := core.New(rdb, alg, core.PerSecond(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		return l
+	}
+	perRequest := WithLimiterFunc(func(*http.Request) *core.Limiter { return nil })
+	panics := func(t *testing.T, what, want string, build func()) {
+		t.Helper()
+		defer func() {
+			t.Helper()
+			if msg := fmt.Sprint(recover()); !strings.Contains(msg, want) {
+				t.Errorf("%s: panic %q; want one saying %q", what, msg, want)
+			}
+		}()
+		build()
+	}
+	must := func(alg core.Algorithm, opts ...Option) func() {
+		return func() { Must("test.Algorithm", rdb, alg, core.PerSecond(1), opts) }
+	}
+	mustNew := func(l *core.Limiter, opts ...Option) func() {
+		return func() { MustNew("test.New", l, opts) }
+	}
+	gcra, leaky := built(t, core.GCRA), built(t, core.LeakyBucket)
+
+	// An empty prefix is core's mistake too; it used to become "sluice",
+	// sharing the budgets of every limiter of the default prefix.
+	panics(t, `WithPrefix("")`, "empty key prefix", must(core.GCRA, WithPrefix("")))
+
+	panics(t, "an unknown failure mode, constructor", "unknown failure mode 42", must(core.GCRA, WithFailureMode(42)))
+	panics(t, "an unknown failure mode, New", "unknown failure mode 42", mustNew(gcra, WithFailureMode(42)))
+
+	// A built limiter cannot be given a twin: New used to serve without
+	// headers, failing open, whatever Redis did.
+	panics(t, "FailLocal, New", "core.WithFailureMode(core.FailLocal)", mustNew(gcra, WithFailureMode(core.FailLocal)))
+	panics(t, "FailLocal, New with a limiter function", "core.WithFailureMode(core.FailLocal)", mustNew(nil, perRequest, WithFailureMode(core.FailLocal)))
+
+	// Only a LeakyBucket holds a request.
+	panics(t, "WithMaxHold, GCRA", "WithMaxHold", must(core.GCRA, WithMaxHold(time.Second)))
+	panics(t, "WithMaxHold, New of a GCRA limiter", "WithMaxHold", mustNew(gcra, WithMaxHold(time.Second)))
+	mustNew(leaky, WithMaxHold(time.Second))()
+	mustNew(nil, perRequest, WithMaxHold(time.Second))() // its limiters may hold
+	must(core.LeakyBucket, WithMaxHold(0))()
+	panics(t, "a negative WithMaxHold", "WithMaxHold(-1s)", must(core.LeakyBucket, WithMaxHold(-time.Second)))
+	panics(t, "a negative WithMaxHold, New", "WithMaxHold(-1s)", mustNew(leaky, WithMaxHold(-time.Second)))
+
+	// A nil function used to leave the default in place: a per-user key
+	// built conditionally became the peer address, with no sign.
+	for name, opt := range map[string]Option{
+		"WithKey":          WithKey(nil),
+		"WithContextKey":   WithContextKey(nil),
+		"WithDenyHandler":  WithDenyHandler(nil),
+		"WithErrorHandler": WithErrorHandler(nil),
+		"WithCost":         WithCost(nil),
+		"WithSkip":         WithSkip(nil),
+		"WithLimiterFunc":  WithLimiterFunc(nil),
+	} {
+		panics(t, name+"(nil)", name+"(nil)", must(core.GCRA, opt))
+		panics(t, name+"(nil), New", name+"(nil)", mustNew(gcra, opt))
 	}
 }

@@ -31,16 +31,20 @@ var constructorsTemplate = template.Must(template.New("constructors").Parse(`
 // WithMaxHold and no longer than the request's context lives, before the
 // next handler runs.{{end}}
 //
-// It panics at construction when limit is invalid, with a message naming
-// the problem.
+// It panics at construction when limit is invalid, or an option cannot
+// apply (see New), with a message naming the problem.
 func {{.Name}}(client redis.UniversalClient, limit core.Limit, opts ...Option) {{$.Middleware}} {
 	return middleware(flow.Must("{{$.Pkg}}.{{.Name}}", client, core.{{.Name}}, limit, opts))
 }
 {{end}}
 // New limits with l, a limiter of one rule or a policy of several; l may be
-// nil when WithLimiterFunc chooses the limiter. It panics only when it is
-// given nothing to decide with (a nil l and no WithLimiterFunc), or an
-// option that only the limiter of an algorithm constructor takes.
+// nil when WithLimiterFunc chooses the limiter. It panics at construction
+// when it is given nothing to decide with (a nil l and no WithLimiterFunc),
+// or an option that cannot apply, with a message naming it: one that only
+// the limiter of an algorithm constructor takes (WithTimeout, WithPrefix,
+// WithDenyCache, WithLimiterOptions, WithFailureMode(core.FailLocal)),
+// WithMaxHold for a limiter without a LeakyBucket rule (and no
+// WithLimiterFunc), a nil function, an unknown header or failure mode.
 func New(l *core.Limiter, opts ...Option) {{.Middleware}} {
 	return middleware(flow.MustNew("{{.Pkg}}.New", l, opts))
 }
