@@ -41,10 +41,10 @@ import (
 //     by its holder only: a flusher when it parks or ends, an inline caller
 //     when it is done (or handed to a flusher, see handOver).
 //   - parked counts the flushers blocked on wake, holding no place. Only
-//     handOver takes one (a place counted for it; wake <- wakeSend), or
-//     newShare for a share of a batch (wake <- its scratch), and only
-//     releaseParked lets them all go (wake <- wakeExit), once active is 0 or
-//     the batcher is closed.
+//     handOver takes one (a place counted for it; wake <- wakeup{send:
+//     true}), or newShare for a share of a batch (wake <- wakeup{share:
+//     its scratch}), and only releaseParked lets them all go (wake <-
+//     wakeup{}), once active is 0 or the batcher is closed.
 //   - inflight counts the calls in batches taken by flushers, until their
 //     flusher next takes b.mu: what mayGo weighs pending against.
 //   - flushers bounds active, not counting stalled sends (a batch out for
@@ -59,7 +59,8 @@ import (
 //     inline caller that finds calls queued when it is done.
 //   - A flusher ends only itself, in flush: when it has nothing it may send
 //     and either no other place is held or the batcher is closed (close),
-//     or when woken with false. So none outlives the traffic, nor Close.
+//     or when woken with neither a share nor send. So none outlives the
+//     traffic, nor Close.
 //   - A call is claimed once (call.claim): by its flusher with an answer,
 //     by the watchdog or stillWaits at its deadline, or by its caller giving
 //     up. Only the claimer signals done, once; the others leave it alone.

@@ -68,16 +68,20 @@ type Limit struct {
 	Burst  int
 }
 
-// PerSecond returns a Limit of rate events per second, with Burst = rate.
+// PerSecond returns a Limit of rate events per second, with Burst 0, which
+// means Burst = rate.
 func PerSecond(rate int) Limit { return Limit{Rate: rate, Period: time.Second} }
 
-// PerMinute returns a Limit of rate events per minute, with Burst = rate.
+// PerMinute returns a Limit of rate events per minute, with Burst 0, which
+// means Burst = rate.
 func PerMinute(rate int) Limit { return Limit{Rate: rate, Period: time.Minute} }
 
-// PerHour returns a Limit of rate events per hour, with Burst = rate.
+// PerHour returns a Limit of rate events per hour, with Burst 0, which
+// means Burst = rate.
 func PerHour(rate int) Limit { return Limit{Rate: rate, Period: time.Hour} }
 
-// PerDay returns a Limit of rate events per day (24 hours), with Burst = rate.
+// PerDay returns a Limit of rate events per day (24 hours), with Burst 0,
+// which means Burst = rate.
 func PerDay(rate int) Limit { return Limit{Rate: rate, Period: 24 * time.Hour} }
 
 // String formats l as "10/1s" or "10/1s burst 20".

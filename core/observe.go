@@ -11,7 +11,9 @@ const (
 	// OutcomeDenied: Redis denied it (or, in shadow mode, would have).
 	OutcomeDenied
 	// OutcomeError: Redis could not be asked; FailOpen or FailClosed
-	// decided.
+	// decided. Also a request refused before Redis is asked: a cost no
+	// rule can ever admit (Err wraps ErrCostExceedsLimit) or below 1; its
+	// Rule is then empty.
 	OutcomeError
 	// OutcomeFallback: Redis could not be asked; the in-process twin
 	// decided (FailLocal).
@@ -47,7 +49,8 @@ type Event struct {
 	Cached bool
 	// Rule is the name of the deciding rule. When Redis could not be asked
 	// and FailOpen or FailClosed decided, no rule did: it is then the
-	// policy's first rule, as in the Result.
+	// policy's first rule, as in the Result; for a request refused before
+	// Redis is asked (see OutcomeError), it is empty.
 	Rule string
 	// KeyHash is the 64-bit FNV-1a hash of the user key.
 	KeyHash uint64
@@ -55,7 +58,8 @@ type Event struct {
 	N int
 	// Latency is the time the decision took, Redis round trip included.
 	Latency time.Duration
-	// Err is the Redis error, for OutcomeError and OutcomeFallback.
+	// Err is the Redis error, for OutcomeError and OutcomeFallback, or the
+	// error refusing the request's cost (see OutcomeError).
 	Err error
 }
 

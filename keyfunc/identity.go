@@ -10,7 +10,8 @@ import (
 )
 
 // Header returns the Func keying a request by the value of a header, such as
-// an API key: "hdr:x-api-key:<value>". The header name (lowercased) is part
+// an API key: "hdr#x-api-key:<32 hex digits>", a hash of the value (see
+// below). The header name (lowercased) is part
 // of the key, so Header("X-API-Key") and Header("X-Tenant") never share
 // keys. Only the first line of the header is read, as http.Header.Get does,
 // so the key is the value an authentication middleware checks.

@@ -17,7 +17,7 @@ import (
 // requests are counted together.
 //
 // A Func either returns a non-empty key or an error, never both. Keys carry
-// a short kind prefix ("ip:", "hdr:", "user:", ...) so that keys of
+// a short kind prefix ("ip:", "hdr#", "user:", ...) so that keys of
 // different strategies never collide, and their length is bounded whatever
 // the request carries. An error never means "do not limit this request": see
 // the package documentation for what the middleware does with it.
