@@ -72,8 +72,9 @@ type algorithmSpec struct {
 
 	// fits, when not nil, is a bound of the algorithm's own on top of its
 	// kind's (see compiledRule.fits): false when c's arithmetic would not
-	// stay exact.
-	fits func(c *compiledRule) bool
+	// stay exact. bound says it, for the error of a limit beyond it.
+	fits  func(c *compiledRule) bool
+	bound string
 
 	// shapes is true for a meter that delays what it admits
 	// (Result.Delay) rather than policing, and so honours WithMaxDelay.
@@ -121,6 +122,7 @@ var algorithmTable = [...]algorithmSpec{
 		lua:    []string{"sliding_window_counter.lua"},
 		params: slidingWindowCounterParams,
 		fits:   slidingWindowCounterFits,
+		bound:  "rate × two periods, in milliseconds (microseconds for a period not whole in milliseconds), under 2^50",
 		decide: slidingWindowCounter,
 	},
 	{

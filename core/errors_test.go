@@ -42,6 +42,7 @@ func TestConfigurationErrors(t *testing.T) {
 		{"rate beyond 2^50", nil, one(Rule{Name: "a", Algorithm: GCRA, Limit: Limit{Rate: math.MaxInt64, Period: s, Burst: 1}}), nil, ErrInvalidLimit, "too large"},
 		{"refill beyond 35 years", nil, one(Rule{Name: "a", Algorithm: TokenBucket, Limit: Limit{Rate: 1, Period: 24*time.Hour + time.Millisecond, Burst: 1_000_001}}), nil, ErrInvalidLimit, "too large"},
 		{"two windows beyond 35 years", nil, one(Rule{Name: "a", Algorithm: SlidingWindowCounter, Limit: Limit{Rate: 1, Period: 18 * 366 * 24 * time.Hour}}), nil, ErrInvalidLimit, "too large"},
+		{"counts beyond the counter's bound", nil, one(Rule{Name: "a", Algorithm: SlidingWindowCounter, Limit: PerDay(1 << 30)}), nil, ErrInvalidLimit, "sliding_window_counter also needs rate × two periods"},
 		{"bad limit of a later rule", nil, []Rule{ok, {Name: "b", Algorithm: GCRA}}, nil, ErrInvalidLimit, `rule "b": rate 0 must be positive`},
 
 		// The rules, apart from their limits.
