@@ -57,7 +57,7 @@ local function fw_ahead(key, x, now, w, period, tick)
     return nil
   end
   local ahead = (tag - 1 - w) % 1048576
-  if ahead >= 524288 or ahead > 0 and not ahead_alive(key, (w + ahead) * period - now, tick) then
+  if ahead >= 524288 or ahead > 0 and not ahead_alive(key, (w + ahead) * period, tick) then
     return nil
   end
   return ahead, count
@@ -80,7 +80,7 @@ local function fixed_window(key, now, rate, period, integer, n, tick)
       local sw, sc = match(v, '^(%d+):(%d+)$')
       sw = tonumber(sw)
       -- (sw > w only if the clock stepped back, and the key's TTL agrees)
-      if sw == w or sw and sw > w and ahead_alive(key, sw * period - now, tick) then
+      if sw == w or sw and sw > w and ahead_alive(key, sw * period, tick) then
         w, c, keep = sw, tonumber(sc), true
       end
     end

@@ -39,16 +39,21 @@ local function ttl_ms(ticks, tick)
   return format('%d', us / 1000)
 end
 
--- ahead_alive reports whether key, whose value lies ticks ahead of now
--- (a window that starts then, a meter's TAT, the instant the log's newest
--- request leaves its window: Redis's clock stepped back behind it), has a
--- TTL reaching that far, as every value the script writes has (give or
--- take the millisecond Redis counts expiry in). One without (written from
--- outside, or left by PERSIST), or with a shorter one, is no state: for
--- the integer window forms, a window gone by whose tag has come round
--- again. (Asked only of a value ahead, after a clock step back: rare.)
-local function ahead_alive(key, ticks, tick)
-  return (call('PTTL', key) + 1) * 1000 >= ticks * tick
+-- ahead_alive reports whether key, whose value lies ahead of now, at tick
+-- at (a window that starts then, a meter's TAT, the instant the log's
+-- newest request leaves its window: Redis's clock stepped back behind it),
+-- has a TTL reaching that far, as every value the script writes has. One
+-- without (written from outside, or left by PERSIST), or with a shorter
+-- one, is no state: for the integer window forms, a window gone by whose
+-- tag has come round again. PTTL counts from Redis's clock as it reads
+-- when PTTL runs, which may be well past now, late in a long call: so the
+-- TTL is compared with the time left from a TIME read beside it, give or
+-- take the millisecond Redis counts expiry in (a value written expires at
+-- most that much before the instant it was written for). (Asked only of a
+-- value ahead, after a clock step back: rare.)
+local function ahead_alive(key, at, tick)
+  local t = call('TIME')
+  return (call('PTTL', key) + 1) * 1000 >= at * tick - (t[1] * 1000000 + t[2])
 end
 
 -- The meters (meter.lua) keep a key until the tick its state is back to

@@ -88,7 +88,7 @@ local function meter(key, now, rate, event, cap, n, tick, maxdelay, cell)
       -- rounds; but rounding never brings a sum above cap down to cap,
       -- since cap + 1 is a double.) Unless the key's TTL falls short of
       -- the TAT: then no state (see the top of this file).
-      if debt > cap and not ahead_alive(key, ahead, tick) then
+      if debt > cap and not ahead_alive(key, tat, tick) then
         tat, whole_form, debt = nil, nil, 0
       elseif debt > cap then
         local x = rem + need - cap -- admitted r ticks on, once (ahead - r) × rate <= -x

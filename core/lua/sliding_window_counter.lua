@@ -59,7 +59,7 @@ local function swc_window(key, x, now, w, period, tick, place, tags)
   local ahead = (tag - 1 - w) % tags
   if ahead == tags - 1 then
     return w - 1, p, c
-  elseif ahead > tags - 8 or ahead > 0 and not ahead_alive(key, (w + ahead) * period - now, tick) then
+  elseif ahead > tags - 8 or ahead > 0 and not ahead_alive(key, (w + ahead) * period, tick) then
     return nil
   end
   return w + ahead, p, c
@@ -129,7 +129,7 @@ local function sliding_window_counter(key, now, rate, period, place, n, tick, ta
       local sw, sp, sc = match(v, '^(%d+):(%d+):(%d+)$')
       sw = tonumber(sw)
       -- (sw > w only if the clock stepped back, and the key's TTL agrees)
-      if sw == w or sw and sw > w and ahead_alive(key, sw * period - now, tick) then
+      if sw == w or sw and sw > w and ahead_alive(key, sw * period, tick) then
         keep = sw == w
         w = sw
         p = tonumber(sp)

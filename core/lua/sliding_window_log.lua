@@ -63,7 +63,7 @@ local function sliding_window_log(key, now, rate, period, _, n, tick)
   -- back behind the newest member, the window still ends there
   local from = now - period
   local foreign = false -- the set was not written here: replace it
-  if latest > now and not ahead_alive(key, latest + period - now, tick) then
+  if latest > now and not ahead_alive(key, latest + period, tick) then
     -- its newest member ahead, as after a clock step back, but no TTL to
     -- cover it as every write here gives (see ahead_alive): no state
     foreign, newest, total, latest = true, {}, 5000000000000000, -1
