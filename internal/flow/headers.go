@@ -304,7 +304,11 @@ func ceilSeconds(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
 	}
-	return int64((d + time.Second - 1) / time.Second)
+	s := int64(d / time.Second)
+	if d%time.Second != 0 {
+		s++ // (not d + time.Second - 1, which wraps past the longest Duration)
+	}
+	return s
 }
 
 // ceilUnix returns t in Unix seconds, rounded up.

@@ -3,6 +3,7 @@ package flow
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -274,6 +275,25 @@ func TestDraftHeadersAllocations(t *testing.T) {
 		})
 		if n > 2 {
 			t.Errorf("%s: draft headers: %.0f allocations, want at most 2 (the RateLimit value and one array for both values); RateLimit: %s", name, n, h.Get(headerRateLimit))
+		}
+	}
+}
+
+// The longest Duration, which a reply past what a Duration holds reads as
+// (see core's micros), is a number of whole seconds like any other: adding
+// a second less a nanosecond to round it up wrapped round to a negative
+// Retry-After and t=.
+func TestCeilSecondsOfTheLongestDuration(t *testing.T) {
+	for d, want := range map[time.Duration]int64{
+		math.MaxInt64:   math.MaxInt64/int64(time.Second) + 1,
+		time.Second:     1,
+		time.Second + 1: 2,
+		1:               1,
+		0:               0,
+		-time.Second:    0,
+	} {
+		if got := ceilSeconds(d); got != want {
+			t.Errorf("ceilSeconds(%d) = %d; want %d", d, got, want)
 		}
 	}
 }
