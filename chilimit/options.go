@@ -187,9 +187,9 @@ func WithTimeout(d time.Duration) Option { return flow.WithTimeout(d) }
 
 // WithMaxHold bounds how long the middleware holds a LeakyBucket request
 // before it proceeds (default DefaultMaxHold, 5s); 0 holds none, and a
-// negative d panics at construction, as WithMaxHold does for any other
-// algorithm (and in New, for a limiter without a LeakyBucket rule and no
-// limiter function, which could choose one that has). The
+// negative d panics at construction, as WithMaxHold does where no
+// LeakyBucket can decide (another algorithm's constructor, or New of a
+// limiter without a LeakyBucket rule, without a limiter function). The
 // request context bounds the hold too: a client that goes away is not
 // served. A request that would be held longer is denied (429):
 //

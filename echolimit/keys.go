@@ -16,7 +16,7 @@ import (
 // A nil f panics at construction.
 func WithEchoKey(f func(echo.Context) (string, error)) Option {
 	if f == nil {
-		return func(c *flow.Config) { c.NilFunc("WithEchoKey") }
+		return func(c *flow.Config) { c.NilKey("WithEchoKey") }
 	}
 	return flow.WithContextKey(func(_ *http.Request, rc any) (string, error) {
 		c, ok := rc.(echo.Context)

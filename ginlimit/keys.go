@@ -16,7 +16,7 @@ import (
 // A nil f panics at construction.
 func WithGinKey(f func(*gin.Context) (string, error)) Option {
 	if f == nil {
-		return func(c *flow.Config) { c.NilFunc("WithGinKey") }
+		return func(c *flow.Config) { c.NilKey("WithGinKey") }
 	}
 	return flow.WithContextKey(func(_ *http.Request, rc any) (string, error) {
 		c, ok := rc.(*gin.Context)

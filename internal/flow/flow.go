@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -70,25 +71,40 @@ type Config struct {
 	forLimiter limiterOption // the first option set that only a constructor's limiter takes (see MustNew)
 	prefixed   bool          // WithPrefix was given, "" included: core.New refuses ""
 	holds      bool          // WithMaxHold was given: only a LeakyBucket holds
-	misused    string        // the first option given what it cannot take (see mustBeValid)
+	misused    []misuse      // the settings last given a value they cannot take (see mustBeValid)
 }
 
-// mistake records, unless one is recorded already, that an option was given
-// what it cannot take: Must and MustNew panic with the message.
-func (c *Config) mistake(format string, args ...any) {
-	if c.misused == "" {
-		c.misused = fmt.Sprintf(format, args...)
-	}
+// misuse is a setting of Config last given, by an option, a value it
+// cannot take, and what to say of it.
+type misuse struct{ setting, msg string }
+
+// mistake records that setting was given a value it cannot take, which Must
+// and MustNew refuse with msg, unless an option gives it a valid one later
+// (see valid): the last value counts, as for every option.
+func (c *Config) mistake(setting, format string, args ...any) {
+	c.valid(setting)
+	c.misused = append(c.misused, misuse{setting, fmt.Sprintf(format, args...)})
 }
 
-// NilFunc records that option was given a nil function, which Must and
-// MustNew refuse: the default it would leave in place (the peer address as
-// the key, say) is seldom what a function that came out nil was meant to
-// be. The adapters' router-native options (WithGinKey, WithEchoKey) report
-// theirs with it.
-func (c *Config) NilFunc(option string) {
-	c.mistake("%s(nil): a nil function (leave the option out for the default)", option)
+// valid records that setting was given a value it takes, undoing an
+// earlier mistake.
+func (c *Config) valid(setting string) {
+	c.misused = slices.DeleteFunc(c.misused, func(m misuse) bool { return m.setting == setting })
 }
+
+// nilFunc records that option was given a nil function for setting, which
+// Must and MustNew refuse: the default it would leave in place (the peer
+// address as the key, say) is seldom what a function that came out nil was
+// meant to be.
+func (c *Config) nilFunc(setting, option string) {
+	c.mistake(setting, "%s(nil): a nil function (leave the option out for the default)", option)
+}
+
+// NilKey records that the key option named option (WithGinKey,
+// WithEchoKey: the adapters' router-native ones) was given a nil function,
+// as WithKey(nil) does: Must and MustNew refuse it unless a key function
+// is given later.
+func (c *Config) NilKey(option string) { c.nilFunc("Key", option) }
 
 // limiterOption names an option that configures the limiter an algorithm
 // constructor builds, and what does the same for a limiter built by hand.
@@ -112,11 +128,12 @@ type Option = func(*Config)
 func WithContextKey(f func(r *http.Request, rc any) (string, error)) Option {
 	return func(c *Config) {
 		if f == nil {
-			c.NilFunc("WithContextKey")
+			c.NilKey("WithContextKey")
 			return
 		}
 		c.Key = f
 		c.customKey = true
+		c.valid("Key")
 	}
 }
 
@@ -183,7 +200,7 @@ func MustNew[O ~func(*Config)](where string, l *core.Limiter, opts []O) *Flow {
 		panic(fmt.Sprintf("%s: %s configures the limiter an algorithm constructor builds, not the one given to New: use %s on that limiter", where, o.name, o.instead))
 	}
 	if c.FailureMode == core.FailLocal {
-		panic(where + ": WithFailureMode(core.FailLocal) needs the limiter's in-process twin, which a limiter built already cannot be given: build the limiter given to New with core.WithFailureMode(core.FailLocal)")
+		panic(where + ": WithFailureMode(core.FailLocal) cannot apply to a limiter built already, which keeps its own failure mode (the middleware cannot give it an in-process twin): leave the option out, and build the limiter given to New with core.WithFailureMode(core.FailLocal)")
 	}
 	if c.holds && c.LimiterFor == nil && !holds(l.Rules()) {
 		panic(where + ": WithMaxHold bounds how long a LeakyBucket request is held, and the limiter given to New has no LeakyBucket rule")
@@ -207,8 +224,8 @@ func holds(rules []core.Rule) bool {
 // not one of its kind's values (those of the limiter an algorithm
 // constructor builds are checked by core.New as well).
 func (c *Config) mustBeValid(where string) {
-	if c.misused != "" {
-		panic(where + ": " + c.misused)
+	if len(c.misused) > 0 {
+		panic(where + ": " + c.misused[0].msg)
 	}
 	if c.Headers < HeadersDraft || c.Headers > HeadersNone {
 		panic(fmt.Sprintf("%s: unknown header mode %d: WithHeaders takes HeadersDraft, HeadersLegacy, HeadersBoth or HeadersNone", where, c.Headers))
@@ -220,14 +237,15 @@ func (c *Config) mustBeValid(where string) {
 
 // Must returns the flow of a one-rule limiter of algorithm alg. It panics
 // when the limit (or the client, the prefix, or the header mode) is
-// invalid, on WithMaxHold for an algorithm other than LeakyBucket, and on
-// what mustBeValid refuses, with a message that starts with where, such
+// invalid, on WithMaxHold for an algorithm other than LeakyBucket (and no
+// limiter function, which may choose a LeakyBucket), and on what
+// mustBeValid refuses, with a message that starts with where, such
 // as "ginlimit.TokenBucket".
 func Must[O ~func(*Config)](where string, client redis.UniversalClient, alg core.Algorithm, limit core.Limit, opts []O) *Flow {
 	f := New[O](nil, opts)
 	c := &f.cfg
 	c.mustBeValid(where)
-	if c.holds && alg != core.LeakyBucket {
+	if c.holds && c.LimiterFor == nil && alg != core.LeakyBucket {
 		panic(fmt.Sprintf("%s: WithMaxHold bounds how long a LeakyBucket request is held; a %s limiter admits or denies at once", where, alg))
 	}
 	copts := []core.Option{

@@ -62,11 +62,12 @@ const (
 func WithKey(f keyfunc.Func) Option {
 	return func(c *Config) {
 		if f == nil {
-			c.NilFunc("WithKey")
+			c.NilKey("WithKey")
 			return
 		}
 		c.Key = func(r *http.Request, _ any) (string, error) { return f(r) }
 		c.customKey = true
+		c.valid("Key")
 	}
 }
 
@@ -82,10 +83,11 @@ func WithKeyErrorReject() Option { return func(c *Config) { c.KeyErrorReject = t
 func WithCost(f func(*http.Request) int) Option {
 	return func(c *Config) {
 		if f == nil {
-			c.NilFunc("WithCost")
+			c.nilFunc("Cost", "WithCost")
 			return
 		}
 		c.Cost = f
+		c.valid("Cost")
 	}
 }
 
@@ -96,10 +98,11 @@ func WithCost(f func(*http.Request) int) Option {
 func WithSkip(f func(*http.Request) bool) Option {
 	return func(c *Config) {
 		if f == nil {
-			c.NilFunc("WithSkip")
+			c.nilFunc("Skip", "WithSkip")
 			return
 		}
 		c.Skip = f
+		c.valid("Skip")
 	}
 }
 
@@ -111,18 +114,19 @@ func WithSkip(f func(*http.Request) bool) Option {
 func WithDenyHandler(f func(w http.ResponseWriter, r *http.Request, res core.Result)) Option {
 	return func(c *Config) {
 		if f == nil {
-			c.NilFunc("WithDenyHandler")
+			c.nilFunc("Deny", "WithDenyHandler")
 			return
 		}
 		c.Deny = f
 		c.customDeny = true
+		c.valid("Deny")
 	}
 }
 
 // WithProblemDetails answers denials with 429 and an RFC 9457
 // application/problem+json body whose "violated-policies" member lists the
 // names of the rules that denied.
-func WithProblemDetails() Option { return func(c *Config) { c.Deny = DenyProblem } }
+func WithProblemDetails() Option { return func(c *Config) { c.Deny = DenyProblem; c.valid("Deny") } }
 
 // WithHeaders selects the rate-limit headers (default HeadersDraft). A
 // mode other than the four panics at construction.
@@ -212,10 +216,11 @@ func WithLimiterOptions(opts ...core.Option) Option {
 func WithErrorHandler(f func(r *http.Request, err error)) Option {
 	return func(c *Config) {
 		if f == nil {
-			c.NilFunc("WithErrorHandler")
+			c.nilFunc("OnError", "WithErrorHandler")
 			return
 		}
 		c.OnError = f
+		c.valid("OnError")
 	}
 }
 
@@ -236,9 +241,9 @@ func WithTimeout(d time.Duration) Option {
 
 // WithMaxHold bounds how long the middleware holds a LeakyBucket request
 // before it proceeds (default DefaultMaxHold, 5s); 0 holds none, and a
-// negative d panics at construction, as WithMaxHold does for any other
-// algorithm (and in New, for a limiter without a LeakyBucket rule and no
-// limiter function, which could choose one that has). The
+// negative d panics at construction, as WithMaxHold does where no
+// LeakyBucket can decide (another algorithm's constructor, or New of a
+// limiter without a LeakyBucket rule, without a limiter function). The
 // request context bounds the hold too: a client that goes away is not
 // served. A request that would be held longer is denied (429):
 //
@@ -256,7 +261,9 @@ func WithMaxHold(d time.Duration) Option {
 	return func(c *Config) {
 		c.MaxHold, c.holds = max(d, 0), true
 		if d < 0 {
-			c.mistake("WithMaxHold(%v): a negative hold (0 holds none)", d)
+			c.mistake("MaxHold", "WithMaxHold(%v): a negative hold (0 holds none)", d)
+		} else {
+			c.valid("MaxHold")
 		}
 	}
 }
@@ -275,10 +282,11 @@ func WithMaxHold(d time.Duration) Option {
 func WithLimiterFunc(f func(*http.Request) *core.Limiter) Option {
 	return func(c *Config) {
 		if f == nil {
-			c.NilFunc("WithLimiterFunc")
+			c.nilFunc("LimiterFor", "WithLimiterFunc")
 			return
 		}
 		c.LimiterFor = f
+		c.valid("LimiterFor")
 	}
 }
 

@@ -191,12 +191,19 @@ func TestOptionsThatCannotApplyPanic(t *testing.T) {
 	// headers, failing open, whatever Redis did.
 	panics(t, "FailLocal, New", "core.WithFailureMode(core.FailLocal)", mustNew(gcra, WithFailureMode(core.FailLocal)))
 	panics(t, "FailLocal, New with a limiter function", "core.WithFailureMode(core.FailLocal)", mustNew(nil, perRequest, WithFailureMode(core.FailLocal)))
+	local, err := core.New(rdb, core.GCRA, core.PerSecond(1), core.WithFailureMode(core.FailLocal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer local.Close()
+	panics(t, "FailLocal, New of a FailLocal limiter", "leave the option out", mustNew(local, WithFailureMode(core.FailLocal)))
 
 	// Only a LeakyBucket holds a request.
 	panics(t, "WithMaxHold, GCRA", "WithMaxHold", must(core.GCRA, WithMaxHold(time.Second)))
 	panics(t, "WithMaxHold, New of a GCRA limiter", "WithMaxHold", mustNew(gcra, WithMaxHold(time.Second)))
 	mustNew(leaky, WithMaxHold(time.Second))()
 	mustNew(nil, perRequest, WithMaxHold(time.Second))() // its limiters may hold
+	must(core.GCRA, perRequest, WithMaxHold(time.Second))()
 	must(core.LeakyBucket, WithMaxHold(0))()
 	panics(t, "a negative WithMaxHold", "WithMaxHold(-1s)", must(core.LeakyBucket, WithMaxHold(-time.Second)))
 	panics(t, "a negative WithMaxHold, New", "WithMaxHold(-1s)", mustNew(leaky, WithMaxHold(-time.Second)))
@@ -215,4 +222,14 @@ func TestOptionsThatCannotApplyPanic(t *testing.T) {
 		panics(t, name+"(nil)", name+"(nil)", must(core.GCRA, opt))
 		panics(t, name+"(nil), New", name+"(nil)", mustNew(gcra, opt))
 	}
+
+	// The last value given to an option is the one that counts, a mistake
+	// included: defaults overridden by a caller's options are common.
+	key := func(*http.Request) (string, error) { return "k", nil }
+	must(core.GCRA, WithKey(nil), WithKey(key))()
+	must(core.LeakyBucket, WithMaxHold(-time.Second), WithMaxHold(time.Second))()
+	must(core.GCRA, WithHeaders(99), WithHeaders(HeadersDraft))()
+	mustNew(gcra, WithFailureMode(42), WithFailureMode(core.FailOpen))()
+	mustNew(gcra, WithFailureMode(core.FailLocal), WithFailureMode(core.FailOpen))()
+	panics(t, "a valid key, then nil", "WithKey(nil)", must(core.GCRA, WithKey(key), WithKey(nil)))
 }
