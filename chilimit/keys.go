@@ -25,7 +25,11 @@ import (
 // r.Use on the root router, r.Use inside r.Route or r.Group, r.With, or
 // around a single handler. Requests that match no route share one key,
 // "route:(no route)", and a method other than the standard ones counts as
-// "OTHER". Outside a chi router there is no pattern: a key error
+// "OTHER". A router wrapped by the middleware and then mounted,
+// r.Mount("/api", mw(sub)), is a handler to chi, which the middleware
+// cannot look into: its requests are keyed by the mount point,
+// "route:GET /api/*", as keyfunc.Route keys them; put the middleware
+// inside it, sub.Use(mw), to key them by their routes. Outside a chi router there is no pattern: a key error
 // (keyfunc.ErrNoKey), handled by the key-error policy (see WithKey).
 func RouteKey(with ...keyfunc.Func) keyfunc.Func {
 	return flow.RouteKey(pattern, with)

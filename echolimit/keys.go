@@ -33,8 +33,12 @@ func WithEchoKey(f func(echo.Context) (string, error)) Option {
 // RouteKey(keyfunc.RemoteIP()) limits each client per route. Echo routes
 // before the middleware of e.Use, a group or a route runs; under e.Pre the
 // middleware looks the route up itself (see the package documentation), so
-// RouteKey works there too. Requests that match no route share one key, "route:(no route)", and a method other than the
-// standard ones counts as "OTHER". Use it with WithEchoKey.
+// RouteKey works there too. Requests that match no route share one key,
+// "route:(no route)", and a method other than the standard ones counts as
+// "OTHER". A request whose path matches a route but whose method does not
+// (Echo answers it 405, or an OPTIONS itself) is keyed by that route's
+// path, as Echo's c.Path() reports it: at most ten keys per route. Use it
+// with WithEchoKey.
 func RouteKey(with ...keyfunc.Func) func(echo.Context) (string, error) {
 	key := flow.ContextRouteKey(with)
 	return func(c echo.Context) (string, error) { return key(c.Request(), c.Path()) }
