@@ -150,3 +150,39 @@ func TestFailLocalTwinTidiedWhenHealthy(t *testing.T) {
 		t.Errorf("empty twin: next tidy at %d, %d keys; want none", at, lim.local.size())
 	}
 }
+
+// With FailLocal, a caller whose own deadline ends before a hung Redis
+// answers is answered by the twin as any failed decision is: admitted
+// only within the per-instance limit, and counted. It used to get the
+// twin's view unconsumed, Allowed while room was left, and since such a
+// caller's failure says nothing of Redis's health (the breaker never
+// opened) every one was admitted: 40 of 40 against a limit of 5.
+func TestFailLocalHoldsForCallersPastTheirDeadline(t *testing.T) {
+	srv := redistest.StartT(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	ctx := context.Background()
+	lim := newOn(t, c, GCRA, PerDay(5), WithFailureMode(FailLocal), WithTimeout(time.Second))
+	if _, err := lim.Allow(ctx, "warm"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Do(ctx, "CLIENT", "PAUSE", "1000", "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Do(ctx, "CLIENT", "UNPAUSE")
+	admitted := 0
+	for i := 0; i < 20; i++ {
+		short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		res, err := lim.Allow(short, "k")
+		cancel()
+		if err == nil {
+			t.Fatalf("call %d: no error from a paused Redis", i)
+		}
+		if res.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 5 {
+		t.Errorf("%d of 20 admitted past their deadline; want the twin's 5", admitted)
+	}
+}

@@ -371,11 +371,12 @@ func (l *Limiter) decide(ctx context.Context, key string, consume bool, n int) (
 	// deadline) does not, or one impatient caller could take Redis out of
 	// service for everyone. (The deadline is checked, not only ctx.Err: an
 	// answer cut short at that deadline can arrive a moment before the
-	// context's own timer has ended it.) Nor is anything taken from the
-	// in-process twin for such a caller: with FailLocal it gets the twin's
-	// view, unconsumed.
+	// context's own timer has ended it.) The failure mode still answers
+	// it: with FailLocal the twin decides, and counts what it admits, or
+	// callers with short deadlines would all be admitted while Redis hangs
+	// (their failures never open the breaker).
 	if gaveUp(ctx) {
-		return l.fallback(key, consume && l.local == nil, n, err)
+		return l.fallback(key, consume, n, err)
 	}
 	if availability(err) {
 		h.failure(err)
