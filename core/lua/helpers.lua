@@ -45,15 +45,25 @@ end
 -- has a TTL reaching that far, as every value the script writes has. One
 -- without (written from outside, or left by PERSIST), or with a shorter
 -- one, is no state: for the integer window forms, a window gone by whose
--- tag has come round again. PTTL counts from Redis's clock as it reads
--- when PTTL runs, which may be well past now, late in a long call: so the
--- TTL is compared with the time left from a TIME read beside it, give or
--- take the millisecond Redis counts expiry in (a value written expires at
--- most that much before the instant it was written for). (Asked only of a
--- value ahead, after a clock step back: rare.)
+-- tag has come round again. (Asked only of a value ahead, after a clock
+-- step back: rare.) Redis 7 (which has REDIS_VERSION_NUM) says when the
+-- key expires, PEXPIRETIME, whenever in a long call it is asked. Redis 6
+-- says only how long it has left, PTTL, from its clock as it reads when
+-- PTTL runs, which late in a long call is well past now: so a TIME is read
+-- beside it. Either way give or take 2 ms: a TTL written here, from a
+-- clock Redis may have read up to a millisecond before now, and rounded
+-- to one, may end that much before the instant it was written for.
 local function ahead_alive(key, at, tick)
+  if redis.REDIS_VERSION_NUM then
+    local e = call('PEXPIRETIME', key)
+    return e >= 0 and (e + 2) * 1000 >= at * tick
+  end
+  local ttl = call('PTTL', key)
+  if ttl < 0 then
+    return false -- none (-1), or no key (-2)
+  end
   local t = call('TIME')
-  return (call('PTTL', key) + 1) * 1000 >= at * tick - (t[1] * 1000000 + t[2])
+  return (ttl + 2) * 1000 >= at * tick - (t[1] * 1000000 + t[2])
 end
 
 -- The meters (meter.lua) keep a key until the tick its state is back to
