@@ -50,6 +50,7 @@ func TestReadsRoute(t *testing.T) {
 		{"skip", []Option{WithSkip(func(*http.Request) bool { return false })}, true},
 		{"limiter", []Option{WithLimiterFunc(nil)}, false},
 		{"deny", []Option{WithDenyHandler(DenyPlain)}, true},
+		{"deny, then problem details", []Option{WithDenyHandler(DenyPlain), WithProblemDetails()}, false},
 	} {
 		if got := New(nil, c.opts).ReadsRoute(); got != c.want {
 			t.Errorf("%s: ReadsRoute() = %v, want %v", c.name, got, c.want)

@@ -126,7 +126,9 @@ func WithDenyHandler(f func(w http.ResponseWriter, r *http.Request, res core.Res
 // WithProblemDetails answers denials with 429 and an RFC 9457
 // application/problem+json body whose "violated-policies" member lists the
 // names of the rules that denied.
-func WithProblemDetails() Option { return func(c *Config) { c.Deny = DenyProblem; c.valid("Deny") } }
+func WithProblemDetails() Option {
+	return func(c *Config) { c.Deny, c.customDeny = DenyProblem, false; c.valid("Deny") }
+}
 
 // WithHeaders selects the rate-limit headers (default HeadersDraft). A
 // mode other than the four panics at construction.
