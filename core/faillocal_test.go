@@ -152,12 +152,14 @@ func TestFailLocalTwinTidiedWhenHealthy(t *testing.T) {
 }
 
 // With FailLocal, a caller whose own deadline ends before a hung Redis
-// answers is answered by the twin as any failed decision is: admitted
-// only within the per-instance limit, and counted. It used to get the
-// twin's view unconsumed, Allowed while room was left, and since such a
-// caller's failure says nothing of Redis's health (the breaker never
-// opened) every one was admitted: 40 of 40 against a limit of 5.
-func TestFailLocalHoldsForCallersPastTheirDeadline(t *testing.T) {
+// answers is not admitted, and takes nothing from the twin: it is gone,
+// and its decision may be counted by Redis yet (or never have been sent).
+// It used to get the twin's view unconsumed, Allowed while room was left,
+// and since such a caller's failure says nothing of Redis's health (the
+// breaker never opened), every one was admitted: 40 of 40 against a limit
+// of 5. (Counting them in the twin instead charged it, while Redis was
+// healthy, for every canceled call.)
+func TestFailLocalAdmitsNoCallerPastItsDeadline(t *testing.T) {
 	srv := redistest.StartT(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer c.Close()
@@ -182,7 +184,10 @@ func TestFailLocalHoldsForCallersPastTheirDeadline(t *testing.T) {
 			admitted++
 		}
 	}
-	if admitted != 5 {
-		t.Errorf("%d of 20 admitted past their deadline; want the twin's 5", admitted)
+	if admitted != 0 {
+		t.Errorf("%d of 20 admitted past their deadline; want none", admitted)
+	}
+	if r := lim.local.Peek(time.Now(), "k"); r.Remaining != 5 {
+		t.Errorf("the twin after them: %+v; want untouched, 5 left", r)
 	}
 }

@@ -371,11 +371,17 @@ func (l *Limiter) decide(ctx context.Context, key string, consume bool, n int) (
 	// deadline) does not, or one impatient caller could take Redis out of
 	// service for everyone. (The deadline is checked, not only ctx.Err: an
 	// answer cut short at that deadline can arrive a moment before the
-	// context's own timer has ended it.) The failure mode still answers
-	// it: with FailLocal the twin decides, and counts what it admits, or
-	// callers with short deadlines would all be admitted while Redis hangs
-	// (their failures never open the breaker).
+	// context's own timer has ended it.) With FailLocal such a caller is
+	// not admitted, and nothing is taken from the twin: it is gone, and
+	// its decision may never have been sent, or already counted by Redis.
+	// (It used to get the twin's view, admitted while room was left: with
+	// short deadlines while Redis hung, every caller was, since their
+	// failures never open the breaker.) The other modes answer as for any
+	// failure.
 	if gaveUp(ctx) {
+		if l.local != nil && consume {
+			return l.undecided(false), err
+		}
 		return l.fallback(key, consume, n, err)
 	}
 	if availability(err) {
@@ -406,8 +412,14 @@ func (l *Limiter) fallback(key string, consume bool, n int, err error) (Result, 
 	if !consume {
 		return Result{}, err
 	}
+	return l.undecided(l.opts.failure == FailOpen), err
+}
+
+// undecided is the Result of a consuming decision that neither Redis nor
+// the twin made, admitted or not; it names the policy's first rule.
+func (l *Limiter) undecided(admitted bool) Result {
 	r := l.rules[0]
-	return Result{Allowed: l.opts.failure == FailOpen, Limit: r.Limit, Rule: r.Name}, err
+	return Result{Allowed: admitted, Limit: r.Limit, Rule: r.Name}
 }
 
 // Wait blocks until one event for key is admitted; it is WaitN(ctx, key, 1).
