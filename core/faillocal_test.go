@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -152,14 +153,14 @@ func TestFailLocalTwinTidiedWhenHealthy(t *testing.T) {
 }
 
 // With FailLocal, a caller whose own deadline ends before a hung Redis
-// answers is not admitted, and takes nothing from the twin: it is gone,
-// and its decision may be counted by Redis yet (or never have been sent).
-// It used to get the twin's view unconsumed, Allowed while room was left,
-// and since such a caller's failure says nothing of Redis's health (the
-// breaker never opened), every one was admitted: 40 of 40 against a limit
-// of 5. (Counting them in the twin instead charged it, while Redis was
-// healthy, for every canceled call.)
-func TestFailLocalAdmitsNoCallerPastItsDeadline(t *testing.T) {
+// answers is answered by the twin as any failed decision is: admitted only
+// within the per-instance limit, and counted. It used to get the twin's
+// view unconsumed, Allowed while room was left, and since such a caller's
+// failure says nothing of Redis's health (the breaker never opened), every
+// one was admitted: 40 of 40 against a limit of 5. (Refusing them all
+// instead, for a while, made FailLocal fail closed for callers that bound
+// the limiter's wait with their own deadline.)
+func TestFailLocalHoldsForCallersPastTheirDeadline(t *testing.T) {
 	srv := redistest.StartT(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer c.Close()
@@ -184,10 +185,60 @@ func TestFailLocalAdmitsNoCallerPastItsDeadline(t *testing.T) {
 			admitted++
 		}
 	}
-	if admitted != 0 {
-		t.Errorf("%d of 20 admitted past their deadline; want none", admitted)
+	if admitted != 5 {
+		t.Errorf("%d of 20 admitted past their deadline; want the twin's 5", admitted)
 	}
-	if r := lim.local.Peek(time.Now(), "k"); r.Remaining != 5 {
-		t.Errorf("the twin after them: %+v; want untouched, 5 left", r)
+}
+
+// With FailLocal, a caller whose context has ended before it asks is not
+// admitted, and nothing is taken from the twin, whether Redis is healthy
+// or taken for unhealthy (the twin deciding then): canceled calls must not
+// spend the budget the twin keeps for an outage. Nothing decided, so an
+// observer sees an error, not the twin's decision, and in shadow mode it
+// is no would-be denial. (Counted, five canceled Allows emptied a
+// PerDay(5) key for the next outage; while unhealthy they were admitted.)
+func TestFailLocalCallerGoneBeforeItAsks(t *testing.T) {
+	srv := redistest.StartT(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
+	defer c.Close()
+	ctx := context.Background()
+	canceled, cancel := context.WithCancel(ctx)
+	cancel()
+	for _, shadow := range []bool{false, true} {
+		var events []Event
+		opts := []Option{WithFailureMode(FailLocal), WithHealthCheck(1, time.Minute),
+			WithObserver(func(e Event) { events = append(events, e) })}
+		if shadow {
+			opts = append(opts, WithShadow())
+		}
+		lim := newOn(t, c, GCRA, PerDay(5), opts...)
+		check := func(when string) {
+			t.Helper()
+			events = events[:0]
+			for i := 0; i < 5; i++ {
+				r, err := lim.Allow(canceled, "k")
+				if !errors.Is(err, context.Canceled) || r.Allowed != shadow || r.ShadowDenied || r.Rules != nil {
+					t.Errorf("shadow %v, %s: %+v, %v; want context.Canceled, nothing decided", shadow, when, r, err)
+				}
+			}
+			if r := lim.local.Peek(time.Now(), "k"); r.Remaining != 5 {
+				t.Errorf("shadow %v, %s: the twin %+v; want untouched, 5 left", shadow, when, r)
+			}
+			for _, e := range events {
+				if e.Outcome != OutcomeError || e.Shadow {
+					t.Errorf("shadow %v, %s: event %+v; want OutcomeError, no shadow denial", shadow, when, e)
+				}
+			}
+		}
+		check("healthy")
+		if shadow {
+			continue
+		}
+		srv.Stop()
+		lim.Allow(ctx, "other") // the breaker opens
+		if lim.Health() != Unhealthy {
+			t.Fatal("one failure with a threshold of 1: still healthy")
+		}
+		check("unhealthy")
 	}
 }

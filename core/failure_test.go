@@ -59,8 +59,8 @@ func TestWaitWithFailLocal(t *testing.T) {
 // With FailLocal, the in-process twin decides while Redis is down and keeps
 // what it admitted once Redis is back, until it expires: Redis failing
 // again must not hand the budget out afresh (see faillocal_test.go). A
-// caller that gave up takes nothing from it, and is not admitted (see
-// TestFailLocalAdmitsNoCallerPastItsDeadline).
+// caller whose context has ended before it asks takes nothing from it, and
+// is not admitted, healthy or not (see TestFailLocalCallerGoneBeforeItAsks).
 func TestFailLocalTwinAcrossAnOutage(t *testing.T) {
 	srv := redistest.StartT(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})

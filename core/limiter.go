@@ -215,7 +215,9 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
 // When Redis cannot be asked (an error, the timeout, or Redis taken for
 // unhealthy), AllowN returns the error and, with it, the FailureMode's
 // decision: Allowed for FailOpen, denied for FailClosed, the in-process
-// twin's Result for FailLocal.
+// twin's Result for FailLocal. With FailLocal, a caller whose ctx has ended
+// before it asks is not admitted, and nothing is counted, in Redis or in
+// the twin.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int) (Result, error) {
 	if err := checkCost(l.rules, "AllowN", n); err != nil {
 		l.observe(Event{Outcome: OutcomeError, Err: err}, key, n, time.Now())
@@ -243,15 +245,17 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int) (Result, error)
 		// and the failure mode would deny (the error is still returned).
 		res.Delay = 0
 		if !res.Allowed {
-			res.Allowed, res.ShadowDenied, res.RetryAfter = true, true, 0
+			// (a denial of the rules, Redis's or the twin's; not of a
+			// failure mode, which decides nothing: Rules nil)
+			res.Allowed, res.ShadowDenied, res.RetryAfter = true, res.Rules != nil, 0
 			shadow = err == nil
 		}
 	}
 	if l.opts.observer != nil {
 		ev := Event{Allowed: res.Allowed, Shadow: shadow, Rule: res.Rule, Err: err}
 		switch {
-		case err != nil && l.opts.failure == FailLocal:
-			ev.Outcome = OutcomeFallback
+		case err != nil && res.Rules != nil:
+			ev.Outcome = OutcomeFallback // the twin decided
 		case err != nil:
 			ev.Outcome = OutcomeError
 		case res.Allowed && !shadow:
@@ -345,6 +349,12 @@ const probeTag = "#probe"
 
 // decide asks Redis, or the failure mode when Redis cannot be asked.
 func (l *Limiter) decide(ctx context.Context, key string, consume bool, n int) (Result, error) {
+	if consume && l.local != nil && gaveUp(ctx) {
+		// Gone before it asked: with FailLocal, not admitted, and nothing
+		// asked of Redis or taken from the twin, healthy or not, or every
+		// canceled call would charge the twin for the next outage.
+		return l.undecided(false), ctx.Err()
+	}
 	if l.health.unhealthy() {
 		return l.fallback(key, consume, n, l.health.err())
 	}
@@ -371,17 +381,13 @@ func (l *Limiter) decide(ctx context.Context, key string, consume bool, n int) (
 	// deadline) does not, or one impatient caller could take Redis out of
 	// service for everyone. (The deadline is checked, not only ctx.Err: an
 	// answer cut short at that deadline can arrive a moment before the
-	// context's own timer has ended it.) With FailLocal such a caller is
-	// not admitted, and nothing is taken from the twin: it is gone, and
-	// its decision may never have been sent, or already counted by Redis.
-	// (It used to get the twin's view, admitted while room was left: with
-	// short deadlines while Redis hung, every caller was, since their
-	// failures never open the breaker.) The other modes answer as for any
-	// failure.
+	// context's own timer has ended it.) The failure mode still answers
+	// it, as any failed decision: with FailLocal the twin decides and
+	// counts what it admits, or callers with deadlines shorter than the
+	// limiter's timeout would all be admitted while Redis hangs (their
+	// failures never open the breaker). A caller gone before it asked
+	// takes nothing (see the top).
 	if gaveUp(ctx) {
-		if l.local != nil && consume {
-			return l.undecided(false), err
-		}
 		return l.fallback(key, consume, n, err)
 	}
 	if availability(err) {
@@ -416,7 +422,8 @@ func (l *Limiter) fallback(key string, consume bool, n int, err error) (Result, 
 }
 
 // undecided is the Result of a consuming decision that neither Redis nor
-// the twin made, admitted or not; it names the policy's first rule.
+// the twin made (Rules nil), admitted or not; it names the policy's first
+// rule.
 func (l *Limiter) undecided(admitted bool) Result {
 	r := l.rules[0]
 	return Result{Allowed: admitted, Limit: r.Limit, Rule: r.Name}

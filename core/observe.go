@@ -11,9 +11,10 @@ const (
 	// OutcomeDenied: Redis denied it (or, in shadow mode, would have).
 	OutcomeDenied
 	// OutcomeError: Redis could not be asked; FailOpen or FailClosed
-	// decided. Also a request refused before Redis is asked: a cost no
-	// rule can ever admit (Err wraps ErrCostExceedsLimit) or below 1; its
-	// Rule is then empty.
+	// decided, or, with FailLocal, the caller's context had ended before
+	// it asked (not admitted, nothing counted). Also a request refused
+	// before Redis is asked: a cost no rule can ever admit (Err wraps
+	// ErrCostExceedsLimit) or below 1; its Rule is then empty.
 	OutcomeError
 	// OutcomeFallback: Redis could not be asked; the in-process twin
 	// decided (FailLocal).
@@ -47,10 +48,10 @@ type Event struct {
 	// Cached is set when the deny cache answered (WithDenyCache), without
 	// asking Redis.
 	Cached bool
-	// Rule is the name of the deciding rule. When Redis could not be asked
-	// and FailOpen or FailClosed decided, no rule did: it is then the
-	// policy's first rule, as in the Result; for a request refused before
-	// Redis is asked (see OutcomeError), it is empty.
+	// Rule is the name of the deciding rule. When no rule decided
+	// (OutcomeError: FailOpen or FailClosed did, or a FailLocal caller's
+	// context had ended), it is the policy's first rule, as in the Result;
+	// for a cost refused before Redis is asked, it is empty.
 	Rule string
 	// KeyHash is the 64-bit FNV-1a hash of the user key.
 	KeyHash uint64
