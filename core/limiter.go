@@ -349,7 +349,7 @@ const probeTag = "#probe"
 
 // decide asks Redis, or the failure mode when Redis cannot be asked.
 func (l *Limiter) decide(ctx context.Context, key string, consume bool, n int) (Result, error) {
-	if consume && l.local != nil && gaveUp(ctx) {
+	if consume && l.local != nil && ctx.Err() != nil {
 		// Gone before it asked: with FailLocal, not admitted, and nothing
 		// asked of Redis or taken from the twin, healthy or not, or every
 		// canceled call would charge the twin for the next outage.
