@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -240,5 +241,38 @@ func TestFailLocalCallerGoneBeforeItAsks(t *testing.T) {
 			t.Fatal("one failure with a threshold of 1: still healthy")
 		}
 		check("unhealthy")
+	}
+}
+
+// A Wait cut short by its own deadline while Redis hangs, answered by the
+// twin with an admission it counted, says so: it used to return the bare
+// context error, as if nothing had been taken, while the twin's budget went.
+func TestFailLocalWaitCutShortSaysItWasCounted(t *testing.T) {
+	srv := redistest.StartT(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	ctx := context.Background()
+	lim := newOn(t, c, GCRA, PerDay(5), WithFailureMode(FailLocal), WithTimeout(time.Second))
+	if _, err := lim.Allow(ctx, "warm"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Do(ctx, "CLIENT", "PAUSE", "1000", "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Do(ctx, "CLIENT", "UNPAUSE")
+	counted := 0
+	for i := 0; i < 8; i++ {
+		short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		err := lim.Wait(short, "k")
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Wait %d: %v; want an error wrapping context.DeadlineExceeded", i, err)
+		}
+		if strings.Contains(err.Error(), "admitted and counted") {
+			counted++
+		}
+	}
+	if left := lim.local.Peek(time.Now(), "k").Remaining; counted != 5-left {
+		t.Errorf("%d Waits said they were counted; the twin has %d of 5 left", counted, left)
 	}
 }

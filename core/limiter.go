@@ -457,6 +457,10 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
 		}
 		res, err := l.AllowN(ctx, key, n)
 		if err != nil && (l.local == nil || ctx.Err() != nil) {
+			if res.Allowed && res.Rules != nil && ctx.Err() != nil {
+				// the twin's admission (FailLocal), counted
+				return fmt.Errorf("sluice: WaitN(n=%d): admitted and counted by the in-process twin, but ctx ended: %w", n, ctx.Err())
+			}
 			return err
 		}
 		wait := res.RetryAfter

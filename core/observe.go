@@ -59,8 +59,9 @@ type Event struct {
 	N int
 	// Latency is the time the decision took, Redis round trip included.
 	Latency time.Duration
-	// Err is the Redis error, for OutcomeError and OutcomeFallback, or the
-	// error refusing the request's cost (see OutcomeError).
+	// Err is the Redis error, for OutcomeError and OutcomeFallback, the
+	// caller's context's error when that ended the decision, or the error
+	// refusing the request's cost (see OutcomeError).
 	Err error
 }
 
