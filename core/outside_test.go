@@ -206,3 +206,78 @@ func TestNegativeReplyDurationsSaturate(t *testing.T) {
 		t.Errorf("micros(1500) = %v; want 1.5ms", d)
 	}
 }
+
+// A SlidingWindowLog set holding a member whose name was never written
+// here (not a whole number from 5×10^15 to below 9×10^15: "abc", "1",
+// "-5", from outside) is no state, wherever the decision meets it: as the
+// newest member, as the boundary, in the window a denial searches, or
+// among the members renumbered once numbers reach 9×10^15. The request is
+// decided as on an empty log, the set replaced, with a TTL; in a policy,
+// the other rules consume exactly what was admitted. ("1" used to lift the
+// limit for a Period while every admission read as a denial; "abc" failed
+// every request with a Lua error, for good, and, met while renumbering,
+// after the set was deleted and the policy's other rules had consumed.)
+func TestSlidingLogOverMembersFromOutside(t *testing.T) {
+	c := redistest.Client(t)
+	ctx := context.Background()
+	now, err := c.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	us := float64(now.UnixMicro())
+	hour := float64(time.Hour.Microseconds())
+	cases := []struct {
+		name    string
+		members []redis.Z
+		rate    int
+	}{
+		{"a newest member below the offset", []redis.Z{{Score: us - 1000, Member: "1"}}, 5},
+		{"a negative newest member", []redis.Z{{Score: us - 1000, Member: "-5"}}, 5},
+		{"a newest member not a number", []redis.Z{{Score: us - 1000, Member: "abc"}}, 5},
+		{"a boundary not a number", []redis.Z{{Score: us - 2*hour, Member: "abc"}, {Score: us - 1000, Member: "5000000000000002"}}, 5},
+		{"a boundary above the newest", []redis.Z{{Score: us - 2*hour, Member: "8000000000000000"}, {Score: us - 1000, Member: "5000000000000002"}}, 5},
+		{"a denial's search, one member not a number", []redis.Z{
+			{Score: us - 3000, Member: "5000000000000001"}, {Score: us - 2000, Member: "abc"}, {Score: us - 1000, Member: "5000000000000007"}}, 5},
+		{"renumbering, one member not a number", []redis.Z{
+			{Score: us - 2*hour, Member: "8999999999999990"}, {Score: us - 2000, Member: "abc"}, {Score: us - 1000, Member: "8999999999999999"}}, 100},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			lim, err := NewPolicy(c, []Rule{
+				{Name: "g", Algorithm: GCRA, Limit: PerHour(1000)},
+				{Name: "log", Algorithm: SlidingWindowLog, Limit: PerHour(tc.rate)},
+			}, WithPrefix(fmt.Sprintf("logoutside-%d", time.Now().UnixNano())))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer lim.Close()
+			logKey := lim.keys("k")[1]
+			if err := c.ZAdd(ctx, logKey, tc.members...).Err(); err != nil {
+				t.Fatal(err)
+			}
+			admitted := 0
+			for i := 0; i < tc.rate+2; i++ {
+				r, err := lim.Allow(ctx, "k")
+				if err != nil || r.Remaining < 0 || r.Rules[1].Remaining > tc.rate || !r.Allowed && r.RetryAfter <= 0 {
+					t.Fatalf("Allow %d: %+v, %v; want a well-formed decision", i, r, err)
+				}
+				if i == 0 && (!r.Allowed || r.Rules[1].Remaining != tc.rate-1) {
+					t.Errorf("Allow 0: %+v; want admitted as on an empty log, %d left", r, tc.rate-1)
+				}
+				if r.Allowed {
+					admitted++
+				}
+			}
+			if admitted != tc.rate {
+				t.Errorf("%d admitted of %d Allows; want the log's %d", admitted, tc.rate+2, tc.rate)
+			}
+			p, err := lim.Peek(ctx, "k")
+			if err != nil || p.Rules[0].Remaining != 1000-admitted {
+				t.Errorf("Peek: %+v, %v; want GCRA to have consumed exactly the %d admitted", p, err, admitted)
+			}
+			if ttl := c.PTTL(ctx, logKey).Val(); ttl <= 0 || ttl > 2*time.Hour {
+				t.Errorf("the log's TTL is %v; want one of at most two periods", ttl)
+			}
+		})
+	}
+}

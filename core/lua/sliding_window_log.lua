@@ -53,19 +53,34 @@
 -- without, it was not written here: it is no state, and replaced by the
 -- next admitted request's.)
 
+-- log_number returns the number a member's name holds, or nil for a name
+-- never written here (not a whole number from 5×10^15 to below 9×10^15:
+-- "abc", "1", "-5", written from outside), which makes the set no state.
+-- (tonumber, not x + 0, which raises on "abc": a call into C, only for
+-- the names a decision reads, two when it admits.)
+local function log_number(name)
+  local x = tonumber(name)
+  if x and x >= 5000000000000000 and x < 9000000000000000 and x % 1 == 0 then
+    return x
+  end
+  return nil
+end
+
 local function sliding_window_log(key, now, rate, period, _, n, tick)
   local newest = call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
   local total, latest = 5000000000000000, -1 -- the newest member's number and time
+  local foreign = false -- the set was not written here: replace it
   if newest[1] then
-    total, latest = newest[1] + 0, newest[2] + 0 -- a score, always a number (see head.lua on tonumber)
+    total, latest = log_number(newest[1]), newest[2] + 0 -- a score, always a number (see head.lua on tonumber)
+    foreign = not total
   end
   -- members scored <= from have left the window; when the clock stepped
   -- back behind the newest member, the window still ends there
   local from = now - period
-  local foreign = false -- the set was not written here: replace it
-  if latest > now and not ahead_alive(key, latest + period, tick) then
-    -- its newest member ahead, as after a clock step back, but no TTL to
-    -- cover it as every write here gives (see ahead_alive): no state
+  if foreign or latest > now and not ahead_alive(key, latest + period, tick) then
+    -- a newest member never written here, or one ahead, as after a clock
+    -- step back, but no TTL to cover it as every write here gives (see
+    -- ahead_alive): no state
     foreign, newest, total, latest = true, {}, 5000000000000000, -1
   elseif latest > now then
     from = latest - period
@@ -76,34 +91,58 @@ local function sliding_window_log(key, now, rate, period, _, n, tick)
   if latest > from then
     local b = call('ZREVRANGEBYSCORE', key, int(from), '-inf', 'LIMIT', '0', '1')[1]
     if b then
-      base, gone = b + 0, b
+      base, gone = log_number(b), b
     end
-    used = total - base
-    reset_before = latest + period - now
+    if base and base < total then
+      used = total - base
+      reset_before = latest + period - now
+    else -- a boundary never written here (numbers grow with time)
+      foreign, newest, total, latest, base, gone = true, {}, 5000000000000000, -1, 5000000000000000, nil
+      from = now - period
+    end
   elseif newest[1] then
     base, gone = total, newest[1]
+  end
+  -- numbers reaching 9×10^15: the window's members, to number afresh
+  -- (see the write below), read and checked before anything is decided
+  local rows
+  if not foreign and total + n >= 9000000000000000 then
+    rows = call('ZRANGEBYSCORE', key, '(' .. int(from), '+inf', 'WITHSCORES')
+    for i = 1, #rows, 2 do
+      if not log_number(rows[i]) then -- never written here: no state, as above
+        foreign, total, latest, base, gone, used, reset_before = true, 5000000000000000, -1, 5000000000000000, nil, 0, 0
+        from = now - period
+        break
+      end
+    end
   end
   if used + n > rate then
     -- the first member of the window whose number, less base, reaches need
     local need = used + n - rate
     local e = call('ZRANGEBYSCORE', key, '(' .. int(from), '+inf', 'WITHSCORES', 'LIMIT', '0', '1')
-    local at = e[2]
-    if e[1] - base < need then
+    local at, x = e[2], log_number(e[1])
+    if x and x - base < need then
       -- e fails; the newest member (rank hi) holds used >= need
       local lo = call('ZCOUNT', key, '-inf', int(from)) + 1
       local hi = call('ZCARD', key) - 1
       at = newest[2]
-      while lo < hi do
+      while x and lo < hi do
         local mid = idiv(lo + hi, 2)
         local m = call('ZRANGE', key, int(mid), int(mid), 'WITHSCORES')
-        if m[1] - base >= need then
+        x = log_number(m[1])
+        if x and x - base >= need then
           hi, at = mid, m[2]
         else
           lo = mid + 1
         end
       end
     end
-    return false, rate - used, at + period - now, reset_before, 0, 0, nil
+    if x then
+      return false, rate - used, at + period - now, reset_before, 0, 0, nil
+    end
+    -- a member never written here: no state, as above
+    foreign, total, latest, base, gone, used, reset_before = true, 5000000000000000, -1, 5000000000000000, nil, 0, 0
+    from = now - period
   end
   local reset_after = period
   if reset_before > period then
@@ -124,8 +163,7 @@ local function sliding_window_log(key, now, rate, period, _, n, tick)
     local number = total + n
     if foreign then
       call('DEL', key)
-    elseif number >= 9000000000000000 then -- number the window afresh
-      local rows = call('ZRANGEBYSCORE', key, '(' .. int(from), '+inf', 'WITHSCORES')
+    elseif number >= 9000000000000000 then -- number the window afresh (rows)
       call('DEL', key)
       -- ZADD in chunks keeps unpack below Lua's stack limit
       local i = 1
