@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -225,6 +224,9 @@ func TestFailLocalCallerGoneBeforeItAsks(t *testing.T) {
 			if r := lim.local.Peek(time.Now(), "k"); r.Remaining != 5 {
 				t.Errorf("shadow %v, %s: the twin %+v; want untouched, 5 left", shadow, when, r)
 			}
+			if len(events) != 5 {
+				t.Errorf("shadow %v, %s: %d events of 5 decisions", shadow, when, len(events))
+			}
 			for _, e := range events {
 				if e.Outcome != OutcomeError || e.Shadow {
 					t.Errorf("shadow %v, %s: event %+v; want OutcomeError, no shadow denial", shadow, when, e)
@@ -245,34 +247,42 @@ func TestFailLocalCallerGoneBeforeItAsks(t *testing.T) {
 }
 
 // A Wait cut short by its own deadline while Redis hangs, answered by the
-// twin with an admission it counted, says so: it used to return the bare
-// context error, as if nothing had been taken, while the twin's budget went.
-func TestFailLocalWaitCutShortSaysItWasCounted(t *testing.T) {
+// twin with an admission it counted, returns nil, as any admission without
+// a delay does: it used to return the bare context error, as if nothing had
+// been taken, while the twin's budget went. The twin's denials return the
+// context's error.
+func TestFailLocalWaitCutShortAdmittedByTheTwin(t *testing.T) {
 	srv := redistest.StartT(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer c.Close()
 	ctx := context.Background()
-	lim := newOn(t, c, GCRA, PerDay(5), WithFailureMode(FailLocal), WithTimeout(time.Second))
-	if _, err := lim.Allow(ctx, "warm"); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Do(ctx, "CLIENT", "PAUSE", "1000", "ALL").Err(); err != nil {
-		t.Fatal(err)
-	}
-	defer c.Do(ctx, "CLIENT", "UNPAUSE")
-	counted := 0
-	for i := 0; i < 8; i++ {
-		short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
-		err := lim.Wait(short, "k")
-		cancel()
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("Wait %d: %v; want an error wrapping context.DeadlineExceeded", i, err)
+	for _, shadow := range []bool{false, true} { // (in shadow mode, a denial is no admission either)
+		opts := []Option{WithFailureMode(FailLocal), WithTimeout(time.Second)}
+		if shadow {
+			opts = append(opts, WithShadow())
 		}
-		if strings.Contains(err.Error(), "admitted and counted") {
-			counted++
+		lim := newOn(t, c, GCRA, PerDay(5), opts...)
+		if _, err := lim.Allow(ctx, "warm"); err != nil {
+			t.Fatal(err)
 		}
-	}
-	if left := lim.local.Peek(time.Now(), "k").Remaining; counted != 5-left {
-		t.Errorf("%d Waits said they were counted; the twin has %d of 5 left", counted, left)
+		if err := c.Do(ctx, "CLIENT", "PAUSE", "500", "ALL").Err(); err != nil {
+			t.Fatal(err)
+		}
+		admitted := 0
+		for i := 0; i < 8; i++ {
+			short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+			err := lim.Wait(short, "k")
+			cancel()
+			switch {
+			case err == nil:
+				admitted++
+			case !errors.Is(err, context.DeadlineExceeded):
+				t.Fatalf("shadow %v, Wait %d: %v; want nil or an error wrapping context.DeadlineExceeded", shadow, i, err)
+			}
+		}
+		if left := lim.local.Peek(time.Now(), "k").Remaining; admitted != 5 || left != 0 {
+			t.Errorf("shadow %v: %d Waits admitted, the twin has %d of 5 left; want 5 admitted, none left", shadow, admitted, left)
+		}
+		c.Do(ctx, "CLIENT", "UNPAUSE")
 	}
 }

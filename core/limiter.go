@@ -216,8 +216,8 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
 // unhealthy), AllowN returns the error and, with it, the FailureMode's
 // decision: Allowed for FailOpen, denied for FailClosed, the in-process
 // twin's Result for FailLocal. With FailLocal, a caller whose ctx has ended
-// before it asks is not admitted, and nothing is counted, in Redis or in
-// the twin.
+// before it asks is not admitted (in shadow mode admitted, as on every
+// failure), and nothing is counted, in Redis or in the twin.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int) (Result, error) {
 	if err := checkCost(l.rules, "AllowN", n); err != nil {
 		l.observe(Event{Outcome: OutcomeError, Err: err}, key, n, time.Now())
@@ -441,12 +441,15 @@ func (l *Limiter) Wait(ctx context.Context, key string) error {
 // It returns an error at once, without sleeping, when n can never be
 // admitted (ErrCostExceedsLimit) or when the wait would outlast ctx's
 // deadline (an error wrapping context.DeadlineExceeded); it returns ctx's
-// error when ctx is done while waiting. A LeakyBucket request admitted with a
-// Delay longer than the deadline has been counted, and the error says so.
+// error when ctx is done while waiting. An admission without a Delay
+// returns nil, even when ctx ends just after it was decided: it has been
+// counted. A LeakyBucket request admitted with a Delay longer than the
+// deadline has been counted too, and the error says so.
 //
 // When Redis cannot be asked, WaitN returns the error rather than letting
 // work through unthrottled or blocking without end; with FailLocal it waits
-// on the in-process twin instead. In shadow mode it never waits.
+// on the in-process twin instead (whose admission of a call cut short by
+// ctx counts as any other). In shadow mode it never waits.
 func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
 	if err := checkCost(l.rules, "WaitN", n); err != nil {
 		return err
@@ -456,16 +459,18 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
 			return err
 		}
 		res, err := l.AllowN(ctx, key, n)
-		if err != nil && (l.local == nil || ctx.Err() != nil) {
-			if res.Allowed && res.Rules != nil && ctx.Err() != nil {
-				// the twin's admission (FailLocal), counted
-				return fmt.Errorf("sluice: WaitN(n=%d): admitted and counted by the in-process twin, but ctx ended: %w", n, ctx.Err())
-			}
+		// admitted by a rule (Redis's, or with FailLocal the twin's), and
+		// so counted: not by a failure mode, nor in shadow mode only
+		counted := res.Allowed && res.Rules != nil && !res.ShadowDenied
+		if err != nil && (l.local == nil || ctx.Err() != nil) && !counted {
 			return err
 		}
 		wait := res.RetryAfter
 		if res.Allowed {
 			wait = res.Delay
+			if wait <= 0 {
+				return nil
+			}
 		}
 		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < wait {
 			if res.Allowed {
