@@ -448,8 +448,9 @@ func (l *Limiter) Wait(ctx context.Context, key string) error {
 //
 // When Redis cannot be asked, WaitN returns the error rather than letting
 // work through unthrottled or blocking without end; with FailLocal it waits
-// on the in-process twin instead (whose admission of a call cut short by
-// ctx counts as any other). In shadow mode it never waits.
+// on the in-process twin instead. A call cut short by ctx returns ctx's
+// error, though the twin may have counted it, as Redis may count a call it
+// answers past the caller's deadline. In shadow mode it never waits.
 func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
 	if err := checkCost(l.rules, "WaitN", n); err != nil {
 		return err
@@ -459,10 +460,9 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
 			return err
 		}
 		res, err := l.AllowN(ctx, key, n)
-		// admitted by a rule (Redis's, or with FailLocal the twin's), and
-		// so counted: not by a failure mode, nor in shadow mode only
-		counted := res.Allowed && res.Rules != nil && !res.ShadowDenied
-		if err != nil && (l.local == nil || ctx.Err() != nil) && !counted {
+		if err != nil && (l.local == nil || ctx.Err() != nil) {
+			// (ctx's own error when it ended first: the twin may have
+			// counted the call, as Redis may count one it answers late)
 			return err
 		}
 		wait := res.RetryAfter
