@@ -103,19 +103,6 @@ local function sliding_window_log(key, now, rate, period, _, n, tick)
   elseif newest[1] then
     base, gone = total, newest[1]
   end
-  -- numbers reaching 9×10^15: the window's members, to number afresh
-  -- (see the write below), read and checked before anything is decided
-  local rows
-  if not foreign and total + n >= 9000000000000000 then
-    rows = call('ZRANGEBYSCORE', key, '(' .. int(from), '+inf', 'WITHSCORES')
-    for i = 1, #rows, 2 do
-      if not log_number(rows[i]) then -- never written here: no state, as above
-        foreign, total, latest, base, gone, used, reset_before = true, 5000000000000000, -1, 5000000000000000, nil, 0, 0
-        from = now - period
-        break
-      end
-    end
-  end
   if used + n > rate then
     -- the first member of the window whose number, less base, reaches need
     local need = used + n - rate
@@ -143,6 +130,20 @@ local function sliding_window_log(key, now, rate, period, _, n, tick)
     -- a member never written here: no state, as above
     foreign, total, latest, base, gone, used, reset_before = true, 5000000000000000, -1, 5000000000000000, nil, 0, 0
     from = now - period
+  end
+  -- admitted; numbers reaching 9×10^15: the window's members, to number
+  -- afresh (see the write below), read and checked before the reply is
+  -- made (and before anything is written)
+  local rows
+  if not foreign and total + n >= 9000000000000000 then
+    rows = call('ZRANGEBYSCORE', key, '(' .. int(from), '+inf', 'WITHSCORES')
+    for i = 1, #rows, 2 do
+      if not log_number(rows[i]) then -- never written here: no state, as above
+        foreign, total, latest, base, gone, used, reset_before = true, 5000000000000000, -1, 5000000000000000, nil, 0, 0
+        from = now - period
+        break
+      end
+    end
   end
   local reset_after = period
   if reset_before > period then
