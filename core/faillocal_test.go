@@ -282,3 +282,42 @@ func TestFailLocalWaitCutShortReturnsTheContextsError(t *testing.T) {
 		c.Do(ctx, "CLIENT", "UNPAUSE")
 	}
 }
+
+// A Wait whose context ends just after the twin admitted and counted its
+// call (Redis refusing, or taken for unhealthy) returns nil, as one whose
+// context ends just after Redis admitted it does: it used to return
+// Redis's error, telling the caller it was not admitted while the twin had
+// counted it. (The observer runs on the caller's goroutine after the
+// decision: it cancels there.)
+func TestFailLocalWaitCanceledJustAfterTheTwinAdmits(t *testing.T) {
+	for _, down := range []string{"refused", "unhealthy"} {
+		c := redis.NewClient(&redis.Options{Addr: redistest.RefusedAddr(t), MaxRetries: -1})
+		defer c.Close()
+		var cancel context.CancelFunc
+		opts := []Option{WithFailureMode(FailLocal), WithObserver(func(Event) {
+			if cancel != nil {
+				cancel()
+			}
+		})}
+		if down == "refused" {
+			opts = append(opts, WithHealthCheck(0, 0))
+		}
+		lim := newOn(t, c, GCRA, PerSecond(5), opts...)
+		if down == "unhealthy" {
+			for i := 0; i < 5; i++ {
+				lim.Allow(context.Background(), "warm")
+			}
+			if lim.Health() != Unhealthy {
+				t.Fatal("5 refused decisions: still healthy")
+			}
+		}
+		ctx, cf := context.WithCancel(context.Background())
+		cancel = cf
+		if err := lim.Wait(ctx, "k"); err != nil {
+			t.Errorf("%s: Wait: %v; want nil, the twin's admission", down, err)
+		}
+		if left := lim.local.Peek(time.Now(), "k").Remaining; left != 4 {
+			t.Errorf("%s: the twin has %d of 5 left; want 4", down, left)
+		}
+	}
+}
