@@ -19,6 +19,12 @@ import (
 // whatever the command, before running it.
 type refusal struct {
 	prefix string // how the reply begins
+	// inScript is how the refusal of a write inside the script is worded
+	// within a longer text: ": -" and prefix, as in "ERR Error running
+	// script (call to f_…): @user_script:N: -READONLY You can't write …",
+	// or, as Redis 6 hands it to the script's pcall (which sends it on for
+	// its request), "@user_script: N: -OOM command not allowed …".
+	inScript string
 	// resend: a script call refused so has counted nothing (refused before
 	// it ran, or at its first write: a replica's READONLY), and a pause of
 	// milliseconds may see the refusal end.
@@ -46,27 +52,28 @@ type refusal struct {
 // disagree for a moment. Nothing ran, so the call may be resent: a pause
 // may see the migration move on, and go-redis reloads its slot map
 // meanwhile.
-var refusals = [...]refusal{
-	{"LOADING", true, true},
-	{"READONLY", true, true},
-	{"MASTERDOWN", true, true},
-	{"TRYAGAIN", true, true},
-	{"CLUSTERDOWN", true, true},
-	{"ERR max number of clients reached", true, true},
-	{"BUSY", false, true},
-	{"NOREPLICAS", false, true},
-	{"OOM", false, true},
-	{"NOAUTH", false, true},
-	{"WRONGPASS", false, true},
-	{"ERR Protocol error: unauthenticated", false, true},
-	{"MOVED ", true, false},
-	{"ASK ", true, false},
-}
-
-// scriptReadOnly is how a script's write refused by a replica ends its
-// reply ("ERR Error running script (call to f_…): @user_script:N:
-// -READONLY You can't write …"): a READONLY, though it does not begin so.
-const scriptReadOnly = "-READONLY You can't write against a read only replica"
+var refusals = func() [14]refusal {
+	r := [...]refusal{
+		{prefix: "LOADING", resend: true, down: true},
+		{prefix: "READONLY", resend: true, down: true},
+		{prefix: "MASTERDOWN", resend: true, down: true},
+		{prefix: "TRYAGAIN", resend: true, down: true},
+		{prefix: "CLUSTERDOWN", resend: true, down: true},
+		{prefix: "ERR max number of clients reached", resend: true, down: true},
+		{prefix: "BUSY", down: true},
+		{prefix: "NOREPLICAS", down: true},
+		{prefix: "OOM", down: true},
+		{prefix: "NOAUTH", down: true},
+		{prefix: "WRONGPASS", down: true},
+		{prefix: "ERR Protocol error: unauthenticated", down: true},
+		{prefix: "MOVED ", resend: true},
+		{prefix: "ASK ", resend: true},
+	}
+	for i := range r {
+		r[i].inScript = ": -" + r[i].prefix
+	}
+	return r
+}()
 
 // What a failed call says is read from the errors' types and texts,
 // walking what wraps them (a hook of the client's may wrap a command's
@@ -128,7 +135,7 @@ func refusedBy(msg string) *refusal {
 	}
 	for i := range refusals {
 		r := &refusals[i]
-		if strings.HasPrefix(msg, r.prefix) || r.prefix == "READONLY" && strings.Contains(msg, scriptReadOnly) {
+		if strings.HasPrefix(msg, r.prefix) || strings.Contains(msg, r.inScript) {
 			return r
 		}
 	}

@@ -35,6 +35,11 @@ func TestRedisRefusalsClassifiedOnce(t *testing.T) {
 		{"NOAUTH Authentication required.", false},
 		{"WRONGPASS invalid username-password pair or user is disabled.", false},
 		{"ERR Protocol error: unauthenticated multibulk length", false},
+		// a write refused inside the script, as Redis 6 words it (the
+		// script sends it on for its one request)
+		{"@user_script: 212: -OOM command not allowed when used memory > 'maxmemory'.\r\n", false},
+		{"@user_script: 212: -NOREPLICAS Not enough good replicas to write.\r\n", false},
+		{"@user_script: 212: -READONLY You can't write against a read only replica.\r\n", true},
 	} {
 		// a reply from Redis (redis.Error), the same wrapped by a hook of
 		// the client's, as go-redis keeps a command's error, and rebuilt
