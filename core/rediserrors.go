@@ -18,13 +18,7 @@ import (
 // refusal is a reply with which Redis refuses a command as a whole,
 // whatever the command, before running it.
 type refusal struct {
-	prefix string // how the reply begins
-	// inScript is how the refusal of a write inside the script is worded
-	// within a longer text: ": -" and prefix, as in "ERR Error running
-	// script (call to f_…): @user_script:N: -READONLY You can't write …",
-	// or, as Redis 6 hands it to the script's pcall (which sends it on for
-	// its request), "@user_script: N: -OOM command not allowed …".
-	inScript string
+	prefix string // how the reply begins (or the refusal inside a script: see scriptRefusal)
 	// resend: a script call refused so has counted nothing (refused before
 	// it ran, or at its first write: a replica's READONLY), and a pause of
 	// milliseconds may see the refusal end.
@@ -52,28 +46,55 @@ type refusal struct {
 // disagree for a moment. Nothing ran, so the call may be resent: a pause
 // may see the migration move on, and go-redis reloads its slot map
 // meanwhile.
-var refusals = func() [14]refusal {
-	r := [...]refusal{
-		{prefix: "LOADING", resend: true, down: true},
-		{prefix: "READONLY", resend: true, down: true},
-		{prefix: "MASTERDOWN", resend: true, down: true},
-		{prefix: "TRYAGAIN", resend: true, down: true},
-		{prefix: "CLUSTERDOWN", resend: true, down: true},
-		{prefix: "ERR max number of clients reached", resend: true, down: true},
-		{prefix: "BUSY", down: true},
-		{prefix: "NOREPLICAS", down: true},
-		{prefix: "OOM", down: true},
-		{prefix: "NOAUTH", down: true},
-		{prefix: "WRONGPASS", down: true},
-		{prefix: "ERR Protocol error: unauthenticated", down: true},
-		{prefix: "MOVED ", resend: true},
-		{prefix: "ASK ", resend: true},
+var refusals = [...]refusal{
+	{prefix: "LOADING", resend: true, down: true},
+	{prefix: "READONLY", resend: true, down: true},
+	{prefix: "MASTERDOWN", resend: true, down: true},
+	{prefix: "TRYAGAIN", resend: true, down: true},
+	{prefix: "CLUSTERDOWN", resend: true, down: true},
+	{prefix: "ERR max number of clients reached", resend: true, down: true},
+	{prefix: "BUSY ", down: true}, // (not BUSYKEY, BUSYGROUP: about one key)
+	{prefix: "NOREPLICAS", down: true},
+	{prefix: "OOM", down: true},
+	{prefix: "MISCONF", down: true}, // writes refused after a failed save
+	{prefix: "NOAUTH", down: true},
+	{prefix: "WRONGPASS", down: true},
+	{prefix: "ERR Protocol error: unauthenticated", down: true},
+	{prefix: "MOVED ", resend: true},
+	{prefix: "ASK ", resend: true},
+}
+
+// scriptRefusal returns the refusal of a write inside the script that msg
+// words, from the refusal's own first word on ("READONLY You can't write
+// …"), or "". Redis words it "ERR Error running script (call to f_…):
+// @user_script:N: -READONLY …" for a call that fails as a whole, and Redis
+// 6 hands it to the script's pcall as "@user_script: N: -OOM …", which the
+// script sends on for its request (Redis 7 hands over the reply itself).
+// Only those two forms are read, from their start: a hook's error text
+// that quotes a command's keys (chosen by clients) must not pass for one.
+func scriptRefusal(msg string) string {
+	const running = "ERR Error running script (call to f_"
+	if strings.HasPrefix(msg, running) {
+		i := strings.Index(msg[len(running):], "): ")
+		if i < 0 {
+			return ""
+		}
+		msg = msg[len(running)+i+3:]
 	}
-	for i := range r {
-		r[i].inScript = ": -" + r[i].prefix
+	const script = "@user_script:"
+	if !strings.HasPrefix(msg, script) {
+		return ""
 	}
-	return r
-}()
+	msg = strings.TrimPrefix(msg[len(script):], " ")
+	n := 0
+	for n < len(msg) && '0' <= msg[n] && msg[n] <= '9' {
+		n++
+	}
+	if n == 0 || !strings.HasPrefix(msg[n:], ": -") {
+		return ""
+	}
+	return msg[n+3:]
+}
 
 // What a failed call says is read from the errors' types and texts,
 // walking what wraps them (a hook of the client's may wrap a command's
@@ -133,9 +154,10 @@ func refusedBy(msg string) *refusal {
 	if msg == "" {
 		return nil
 	}
+	inScript := scriptRefusal(msg)
 	for i := range refusals {
 		r := &refusals[i]
-		if strings.HasPrefix(msg, r.prefix) || strings.Contains(msg, r.inScript) {
+		if strings.HasPrefix(msg, r.prefix) || inScript != "" && strings.HasPrefix(inScript, r.prefix) {
 			return r
 		}
 	}

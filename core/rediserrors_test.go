@@ -30,6 +30,7 @@ func TestRedisRefusalsClassifiedOnce(t *testing.T) {
 		{"CLUSTERDOWN The cluster is down", true},
 		{"ERR max number of clients reached", true},
 		{"BUSY Redis is busy running a script.", false},
+		{"MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist to disk.", false},
 		{"NOREPLICAS Not enough good replicas to write.", false},
 		{"OOM command not allowed when used memory > 'maxmemory'.", false},
 		{"NOAUTH Authentication required.", false},
@@ -57,6 +58,9 @@ func TestRedisRefusalsClassifiedOnce(t *testing.T) {
 	}
 	for _, msg := range []string{
 		"WRONGTYPE Operation against a key holding the wrong kind of value",
+		"BUSYKEY Target key name already exists.",
+		// a hook's text quoting a command's keys, which clients choose
+		"WRONGTYPE Operation against a key holding the wrong kind of value [sluice:{x: -OOM}]",
 		"NOSCRIPT No matching script. Please use EVAL.",
 		"ERR unknown command",
 	} {
@@ -68,6 +72,13 @@ func TestRedisRefusalsClassifiedOnce(t *testing.T) {
 	}
 	if !availability(errors.New("redis: client is closed")) {
 		t.Errorf("an error that is no reply from Redis must count against its health")
+	}
+	// A lost reply, as a hook rebuilds it quoting the command's keys (chosen
+	// by clients): the script may have run, and is never sent again.
+	for _, msg := range []string{"[evalsha 1a2b 1 sluice:{u: -LOADING}:x:0]: EOF", "[evalsha 1a2b 1 sluice:{u: -MOVED 1 x}:x:0]: read: connection reset by peer"} {
+		if err := errors.New(msg); resendable(err, true) || resendable(err, false) {
+			t.Errorf("%q: resendable; the script may have run", msg)
+		}
 	}
 }
 
