@@ -321,3 +321,28 @@ func TestFailLocalWaitCanceledJustAfterTheTwinAdmits(t *testing.T) {
 		}
 	}
 }
+
+// The same when the limiter's own timeout failed the call (Redis never
+// answering) and ctx reaches its deadline just after the twin admitted:
+// the timeout's error wraps context.DeadlineExceeded, but is not ctx's
+// own, and Wait returns nil for the twin's admission.
+func TestFailLocalWaitPastItsDeadlineJustAfterTheTwinAdmits(t *testing.T) {
+	stuck := redis.NewClient(&redis.Options{Addr: redistest.StuckServer(t), MaxRetries: -1})
+	defer stuck.Close()
+	var done <-chan struct{}
+	lim := newOn(t, stuck, GCRA, PerDay(5), WithFailureMode(FailLocal), WithTimeout(30*time.Millisecond),
+		WithHealthCheck(0, 0), WithObserver(func(Event) {
+			if done != nil {
+				<-done // the decision is made: ctx reaches its deadline now
+			}
+		}))
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	done = ctx.Done()
+	if err := lim.Wait(ctx, "k"); err != nil {
+		t.Errorf("Wait: %v; want nil, the twin's admission", err)
+	}
+	if left := lim.local.Peek(time.Now(), "k").Remaining; left != 4 {
+		t.Errorf("the twin has %d of 5 left; want 4", left)
+	}
+}

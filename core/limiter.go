@@ -460,7 +460,7 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
 			return err
 		}
 		res, err := l.AllowN(ctx, key, n)
-		if err != nil && (l.local == nil || ctx.Err() != nil && errors.Is(err, ctx.Err())) {
+		if err != nil && (l.local == nil || ctx.Err() != nil && err == ctx.Err()) {
 			// Without a twin, or cut short by ctx (its own error: the twin
 			// may have counted the call, as Redis may count one it answers
 			// late). Ended just after the twin decided, it goes on below.
