@@ -346,3 +346,34 @@ func TestFailLocalWaitPastItsDeadlineJustAfterTheTwinAdmits(t *testing.T) {
 		t.Errorf("the twin has %d of 5 left; want 4", left)
 	}
 }
+
+// sliceErr is an error of a type that cannot be compared.
+type sliceErr []string
+
+func (e sliceErr) Error() string { return "canceled: " + e[0] }
+
+// sliceErrCtx is a context that ends with a sliceErr after its first
+// Err: while its call is out.
+type sliceErrCtx struct {
+	context.Context
+	asked atomic.Int32
+}
+
+func (c *sliceErrCtx) Err() error {
+	if c.asked.Add(1) == 1 {
+		return nil
+	}
+	return sliceErr{"by its caller"}
+}
+
+// A context whose error cannot be compared with == makes WaitN return it,
+// not panic: it is matched by errors.Is.
+func TestWaitWithAnUncomparableContextError(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: redistest.RefusedAddr(t), MaxRetries: -1})
+	defer c.Close()
+	lim := newOn(t, c, GCRA, PerSecond(5), WithFailureMode(FailLocal), WithHealthCheck(0, 0))
+	ctx := &sliceErrCtx{Context: context.Background()}
+	if err := lim.Wait(ctx, "k"); err == nil || err.Error() != "canceled: by its caller" {
+		t.Errorf("Wait: %v; want the context's own error", err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -460,7 +461,7 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
 			return err
 		}
 		res, err := l.AllowN(ctx, key, n)
-		if err != nil && (l.local == nil || ctx.Err() != nil && err == ctx.Err()) {
+		if err != nil && (l.local == nil || isCtxErr(ctx, err)) {
 			// Without a twin, or cut short by ctx (its own error: the twin
 			// may have counted the call, as Redis may count one it answers
 			// late). Ended just after the twin decided, it goes on below.
@@ -489,6 +490,22 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
 			return nil
 		}
 	}
+}
+
+// isCtxErr reports whether err is ctx's own error, itself: what every
+// decision cut short by ctx returns (one that only wraps
+// context.DeadlineExceeded, as the limiter's own timeout does, is not).
+// A context's error of a type that cannot be compared is matched by
+// errors.Is instead, which does not panic on it.
+func isCtxErr(ctx context.Context, err error) bool {
+	target := ctx.Err()
+	if target == nil {
+		return false
+	}
+	if !reflect.TypeOf(target).Comparable() {
+		return errors.Is(err, target)
+	}
+	return err == target
 }
 
 // sleep waits d or until ctx is done.

@@ -66,12 +66,13 @@ var refusals = [...]refusal{
 
 // scriptRefusal returns the refusal of a write inside the script that msg
 // words, from the refusal's own first word on ("READONLY You can't write
-// …"), or "". Redis words it "ERR Error running script (call to f_…):
-// @user_script:N: -READONLY …" for a call that fails as a whole, and Redis
-// 6 hands it to the script's pcall as "@user_script: N: -OOM …", which the
-// script sends on for its request (Redis 7 hands over the reply itself).
-// Only those two forms are read, from their start: a hook's error text
-// that quotes a command's keys (chosen by clients) must not pass for one.
+// …"), or "". Redis 6 hands it to the script's pcall as "@user_script: N:
+// -OOM …", which the script sends on for its request (Redis 7 hands over
+// the reply itself), and words a call that fails as a whole with it "ERR
+// Error running script (call to f_…): @user_script:N: @user_script: N:
+// -READONLY …" (one position or two). Only those forms are read, from
+// their start: a hook's error text that quotes a command's keys (chosen by
+// clients) must not pass for one.
 func scriptRefusal(msg string) string {
 	const running = "ERR Error running script (call to f_"
 	if strings.HasPrefix(msg, running) {
@@ -81,19 +82,24 @@ func scriptRefusal(msg string) string {
 		}
 		msg = msg[len(running)+i+3:]
 	}
-	const script = "@user_script:"
-	if !strings.HasPrefix(msg, script) {
-		return ""
+	for range 2 {
+		const script = "@user_script:"
+		if !strings.HasPrefix(msg, script) {
+			return ""
+		}
+		msg = strings.TrimPrefix(msg[len(script):], " ")
+		n := 0
+		for n < len(msg) && '0' <= msg[n] && msg[n] <= '9' {
+			n++
+		}
+		if n == 0 || !strings.HasPrefix(msg[n:], ": ") {
+			return ""
+		}
+		if msg = msg[n+2:]; strings.HasPrefix(msg, "-") {
+			return msg[1:]
+		}
 	}
-	msg = strings.TrimPrefix(msg[len(script):], " ")
-	n := 0
-	for n < len(msg) && '0' <= msg[n] && msg[n] <= '9' {
-		n++
-	}
-	if n == 0 || !strings.HasPrefix(msg[n:], ": -") {
-		return ""
-	}
-	return msg[n+3:]
+	return ""
 }
 
 // What a failed call says is read from the errors' types and texts,

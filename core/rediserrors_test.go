@@ -41,6 +41,9 @@ func TestRedisRefusalsClassifiedOnce(t *testing.T) {
 		{"@user_script: 212: -OOM command not allowed when used memory > 'maxmemory'.\r\n", false},
 		{"@user_script: 212: -NOREPLICAS Not enough good replicas to write.\r\n", false},
 		{"@user_script: 212: -READONLY You can't write against a read only replica.\r\n", true},
+		// the same failing the call as a whole, as Redis 6 words it
+		{"ERR Error running script (call to f_8d2d5b2c): @user_script:1: @user_script: 1: -READONLY You can't write against a read only replica.", true},
+		{"ERR Error running script (call to f_8d2d5b2c): @user_script:1: @user_script: 1: -OOM command not allowed when used memory > 'maxmemory'.", false},
 	} {
 		// a reply from Redis (redis.Error), the same wrapped by a hook of
 		// the client's, as go-redis keeps a command's error, and rebuilt
