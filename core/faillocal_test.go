@@ -152,41 +152,66 @@ func TestFailLocalTwinTidiedWhenHealthy(t *testing.T) {
 	}
 }
 
-// With FailLocal, a caller whose own deadline ends before a hung Redis
-// answers is answered by the twin as any failed decision is: admitted only
-// within the per-instance limit, and counted. It used to get the twin's
-// view unconsumed, Allowed while room was left, and since such a caller's
-// failure says nothing of Redis's health (the breaker never opened), every
-// one was admitted: 40 of 40 against a limit of 5. (Refusing them all
-// instead, for a while, made FailLocal fail closed for callers that bound
-// the limiter's wait with their own deadline.)
-func TestFailLocalHoldsForCallersPastTheirDeadline(t *testing.T) {
+// A caller whose own deadline ends before Redis answers is not admitted,
+// whatever the failure mode, and takes nothing from the twin: while Redis
+// hangs (here), and while Redis is healthy and denying (see
+// TestShortDeadlinesDoNotPassAnExhaustedKey). It used to get the twin's
+// view, unconsumed, admitted while room was left: 40 of 40 past PerDay(5)
+// (and a caller's own deadline never opens the breaker). Answered by the
+// twin, counting, they got past a healthy Redis that denied them.
+func TestCallersPastTheirDeadlineAreNotAdmitted(t *testing.T) {
 	srv := redistest.StartT(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer c.Close()
 	ctx := context.Background()
-	lim := newOn(t, c, GCRA, PerDay(5), WithFailureMode(FailLocal), WithTimeout(time.Second))
-	if _, err := lim.Allow(ctx, "warm"); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Do(ctx, "CLIENT", "PAUSE", "1000", "ALL").Err(); err != nil {
-		t.Fatal(err)
-	}
-	defer c.Do(ctx, "CLIENT", "UNPAUSE")
-	admitted := 0
-	for i := 0; i < 20; i++ {
-		short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
-		res, err := lim.Allow(short, "k")
-		cancel()
-		if err == nil {
-			t.Fatalf("call %d: no error from a paused Redis", i)
+	for _, mode := range []FailureMode{FailOpen, FailLocal} {
+		lim := newOn(t, c, GCRA, PerDay(5), WithFailureMode(mode), WithTimeout(time.Second))
+		if _, err := lim.Allow(ctx, "warm"); err != nil {
+			t.Fatal(err)
 		}
-		if res.Allowed {
-			admitted++
+		if err := c.Do(ctx, "CLIENT", "PAUSE", "500", "ALL").Err(); err != nil {
+			t.Fatal(err)
 		}
+		for i := 0; i < 10; i++ {
+			short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+			res, err := lim.Allow(short, "k")
+			cancel()
+			if err != context.DeadlineExceeded || res.Allowed {
+				t.Errorf("%v, call %d: %+v, %v; want not admitted, the context's error", mode, i, res, err)
+			}
+		}
+		if mode == FailLocal {
+			if r := lim.local.Peek(time.Now(), "k"); r.Remaining != 5 {
+				t.Errorf("the twin after them: %+v; want untouched, 5 left", r)
+			}
+		}
+		c.Do(ctx, "CLIENT", "UNPAUSE")
 	}
-	if admitted != 5 {
-		t.Errorf("%d of 20 admitted past their deadline; want the twin's 5", admitted)
+}
+
+// Callers that set deadlines shorter than Redis takes to answer do not get
+// past a key Redis denies, whatever the failure mode: fail open admitted
+// every one, and FailLocal's twin a budget of its own.
+func TestShortDeadlinesDoNotPassAnExhaustedKey(t *testing.T) {
+	c := redistest.Client(t)
+	ctx := context.Background()
+	for _, mode := range []FailureMode{FailOpen, FailLocal} {
+		lim := newOn(t, c, FixedWindow, PerHour(10), WithFailureMode(mode),
+			WithPrefix(fmt.Sprintf("short-%d", time.Now().UnixNano())))
+		if _, err := lim.AllowN(ctx, "k", 10); err != nil {
+			t.Fatal(err)
+		}
+		admitted := 0
+		for i := 0; i < 200; i++ {
+			short, cancel := context.WithTimeout(ctx, time.Duration(50+i*5)*time.Microsecond)
+			if res, _ := lim.Allow(short, "k"); res.Allowed {
+				admitted++
+			}
+			cancel()
+		}
+		if admitted != 0 || lim.Health() != Healthy {
+			t.Errorf("%v: %d of 200 short-deadline callers admitted past an exhausted key (Redis %v); want none", mode, admitted, lim.Health())
+		}
 	}
 }
 
@@ -247,10 +272,10 @@ func TestFailLocalCallerGoneBeforeItAsks(t *testing.T) {
 }
 
 // A Wait cut short by its own deadline while Redis hangs returns the
-// context's error, as a Wait that Redis answers late does, though the twin
-// counted what it admitted (stricter, never looser; in shadow mode too,
-// where a denial counts nothing). A message claiming the twin's admission
-// was given for the twin's shadow denials too.
+// context's error, as a Wait that Redis answers late does, and takes
+// nothing from the twin (see TestCallersPastTheirDeadlineAreNotAdmitted);
+// in shadow mode too. (A message claiming the twin's admission was given
+// for the twin's shadow denials once.)
 func TestFailLocalWaitCutShortReturnsTheContextsError(t *testing.T) {
 	srv := redistest.StartT(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
@@ -276,8 +301,8 @@ func TestFailLocalWaitCutShortReturnsTheContextsError(t *testing.T) {
 				t.Fatalf("shadow %v, Wait %d: %v; want the context's own error", shadow, i, err)
 			}
 		}
-		if left := lim.local.Peek(time.Now(), "k").Remaining; left != 0 {
-			t.Errorf("shadow %v: the twin has %d of 5 left; want none (it counted the 5 it admitted)", shadow, left)
+		if left := lim.local.Peek(time.Now(), "k").Remaining; left != 5 {
+			t.Errorf("shadow %v: the twin has %d of 5 left; want 5, untouched", shadow, left)
 		}
 		c.Do(ctx, "CLIENT", "UNPAUSE")
 	}
@@ -367,7 +392,7 @@ func (c *sliceErrCtx) Err() error {
 }
 
 // A context whose error cannot be compared with == makes WaitN return it,
-// not panic: it is matched by errors.Is.
+// not panic: WaitN compares no errors (it once did, with ==).
 func TestWaitWithAnUncomparableContextError(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: redistest.RefusedAddr(t), MaxRetries: -1})
 	defer c.Close()

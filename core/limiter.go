@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -216,9 +215,12 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
 // When Redis cannot be asked (an error, the timeout, or Redis taken for
 // unhealthy), AllowN returns the error and, with it, the FailureMode's
 // decision: Allowed for FailOpen, denied for FailClosed, the in-process
-// twin's Result for FailLocal. With FailLocal, a caller whose ctx has ended
-// before it asks is not admitted (in shadow mode admitted, as on every
-// failure), and nothing is counted, in Redis or in the twin.
+// twin's Result for FailLocal. A decision that ctx itself ends (canceled,
+// or past its own deadline, before or while Redis is asked) is not
+// admitted, whatever the failure mode (in shadow mode admitted, as on
+// every failure), and nothing is taken from the twin: to bound how long a
+// decision may take, use WithTimeout, after which the failure mode
+// decides.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int) (Result, error) {
 	if err := checkCost(l.rules, "AllowN", n); err != nil {
 		l.observe(Event{Outcome: OutcomeError, Err: err}, key, n, time.Now())
@@ -350,10 +352,9 @@ const probeTag = "#probe"
 
 // decide asks Redis, or the failure mode when Redis cannot be asked.
 func (l *Limiter) decide(ctx context.Context, key string, consume bool, n int) (Result, error) {
-	if consume && l.local != nil && ctx.Err() != nil {
-		// Gone before it asked: with FailLocal, not admitted, and nothing
-		// asked of Redis or taken from the twin, healthy or not, or every
-		// canceled call would charge the twin for the next outage.
+	if consume && ctx.Err() != nil {
+		// Gone before it asked: not admitted (see cutShort), and nothing
+		// asked of Redis or taken from the twin, healthy or not.
 		return l.undecided(false), ctx.Err()
 	}
 	if l.health.unhealthy() {
@@ -382,14 +383,10 @@ func (l *Limiter) decide(ctx context.Context, key string, consume bool, n int) (
 	// deadline) does not, or one impatient caller could take Redis out of
 	// service for everyone. (The deadline is checked, not only ctx.Err: an
 	// answer cut short at that deadline can arrive a moment before the
-	// context's own timer has ended it.) The failure mode still answers
-	// it, as any failed decision: with FailLocal the twin decides and
-	// counts what it admits, or callers with deadlines shorter than the
-	// limiter's timeout would all be admitted while Redis hangs (their
-	// failures never open the breaker). A caller gone before it asked
-	// takes nothing (see the top).
+	// context's own timer has ended it.) Nor does the failure mode answer
+	// it: see cutShort.
 	if gaveUp(ctx) {
-		return l.fallback(key, consume, n, err)
+		return l.cutShort(key, consume, n, err)
 	}
 	if availability(err) {
 		h.failure(err)
@@ -422,6 +419,23 @@ func (l *Limiter) fallback(key string, consume bool, n int, err error) (Result, 
 	return l.undecided(l.opts.failure == FailOpen), err
 }
 
+// cutShort answers a decision that its caller's own context ended (canceled,
+// or past its own deadline) before Redis answered: not admitted, whatever
+// the failure mode, and nothing taken from the twin. The caller is gone,
+// and Redis may yet count its decision; a failure mode admitting it (fail
+// open, or the twin's own budget with FailLocal) would let through, while
+// Redis is healthy and denying, every caller that sets a deadline shorter
+// than Redis's answer takes: one a client may choose (a gRPC deadline). To
+// bound how long a decision may take, WithTimeout is the limiter's own
+// timeout, after which the failure mode decides. (A Peek gets the failure
+// mode's view, as for any failure.)
+func (l *Limiter) cutShort(key string, consume bool, n int, err error) (Result, error) {
+	if consume {
+		return l.undecided(false), err
+	}
+	return l.fallback(key, false, n, err)
+}
+
 // undecided is the Result of a consuming decision that neither Redis nor
 // the twin made (Rules nil), admitted or not; it names the policy's first
 // rule.
@@ -450,8 +464,8 @@ func (l *Limiter) Wait(ctx context.Context, key string) error {
 // When Redis cannot be asked, WaitN returns the error rather than letting
 // work through unthrottled or blocking without end; with FailLocal it waits
 // on the in-process twin instead. A call cut short by ctx returns ctx's
-// error, though the twin may have counted it, as Redis may count a call it
-// answers past the caller's deadline. In shadow mode it never waits.
+// error (Redis may count a call it answers past the caller's deadline).
+// In shadow mode it never waits.
 func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
 	if err := checkCost(l.rules, "WaitN", n); err != nil {
 		return err
@@ -461,10 +475,10 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
 			return err
 		}
 		res, err := l.AllowN(ctx, key, n)
-		if err != nil && (l.local == nil || isCtxErr(ctx, err)) {
-			// Without a twin, or cut short by ctx (its own error: the twin
-			// may have counted the call, as Redis may count one it answers
-			// late). Ended just after the twin decided, it goes on below.
+		if err != nil && res.Rules == nil {
+			// Nothing decided: a failure mode without a twin, or a call cut
+			// short by ctx (see cutShort). What the twin decided (Rules),
+			// ctx ending just after or not, goes on below.
 			return err
 		}
 		wait := res.RetryAfter
@@ -490,22 +504,6 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
 			return nil
 		}
 	}
-}
-
-// isCtxErr reports whether err is ctx's own error, itself: what every
-// decision cut short by ctx returns (one that only wraps
-// context.DeadlineExceeded, as the limiter's own timeout does, is not).
-// A context's error of a type that cannot be compared is matched by
-// errors.Is instead, which does not panic on it.
-func isCtxErr(ctx context.Context, err error) bool {
-	target := ctx.Err()
-	if target == nil {
-		return false
-	}
-	if !reflect.TypeOf(target).Comparable() {
-		return errors.Is(err, target)
-	}
-	return err == target
 }
 
 // sleep waits d or until ctx is done.

@@ -11,8 +11,8 @@ const (
 	// OutcomeDenied: Redis denied it (or, in shadow mode, would have).
 	OutcomeDenied
 	// OutcomeError: Redis could not be asked; FailOpen or FailClosed
-	// decided, or, with FailLocal, the caller's context had ended before
-	// it asked (not admitted, nothing counted). Also a request refused
+	// decided, or the caller's own context ended the decision (not
+	// admitted, whatever the failure mode). Also a request refused
 	// before Redis is asked: a cost no rule can ever admit (Err wraps
 	// ErrCostExceedsLimit) or below 1; its Rule is then empty.
 	OutcomeError
@@ -49,8 +49,8 @@ type Event struct {
 	// asking Redis.
 	Cached bool
 	// Rule is the name of the deciding rule. When no rule decided
-	// (OutcomeError: FailOpen or FailClosed did, or a FailLocal caller's
-	// context had ended), it is the policy's first rule, as in the Result;
+	// (OutcomeError: FailOpen or FailClosed did, or the caller's context
+	// ended the decision), it is the policy's first rule, as in the Result;
 	// for a cost refused before Redis is asked, it is empty.
 	Rule string
 	// KeyHash is the 64-bit FNV-1a hash of the user key.

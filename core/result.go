@@ -34,8 +34,8 @@ type Result struct {
 	ShadowDenied bool
 	// Rules holds one entry per rule of the policy, in the policy's order.
 	// It is nil when Redis could not be asked and FailOpen or FailClosed
-	// decided, or, with FailLocal, when the caller's context had ended
-	// before it asked: no rule decided.
+	// decided, or when the caller's own context ended the decision: no
+	// rule decided.
 	Rules []RuleResult
 }
 
