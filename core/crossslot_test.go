@@ -163,6 +163,7 @@ func TestCrossSlotCall(t *testing.T) {
 	t.Run("RedirectLoopHealth", func(t *testing.T) { testCrossRedirectLoopHealth(t, cl, shards) })
 	t.Run("ReplyOffsets", func(t *testing.T) { testCrossReplyOffsets(t, cl, shards, false) })
 	t.Run("ReplyOffsetsPolicy", func(t *testing.T) { testCrossReplyOffsets(t, cl, shards, true) })
+	t.Run("HalfMigratedSlot", func(t *testing.T) { testCrossHalfMigrated(t, cl, shards) })
 	t.Run("StaleAfterFailover", func(t *testing.T) { testCrossStaleAfterFailover(t, cl, shards) }) // last: it changes the masters
 }
 
@@ -641,5 +642,75 @@ func testCrossStaleAfterFailover(t *testing.T, cl *redistest.Cluster, shards []r
 		if err != nil || fwCount(v) != 2 {
 			t.Errorf("%s on the new master %s: %q (%v), counted %d; want 2", k, a.Replicas[0], v, err, fwCount(v))
 		}
+	}
+}
+
+// testCrossHalfMigrated: a slot being resharded holds some of a batch's
+// keys on its old master and some already moved. A call declaring keys of
+// both is refused whole (TRYAGAIN) for as long as the move takes; alone,
+// each request is served (ASK redirects the moved ones). Its calls are
+// sent alone, at once, and the refusal, about one slot, says nothing of
+// the master's health. (They used to be resent whole three times, then
+// failed, and the master's breaker opened: keys of its other slots went to
+// the failure mode too.)
+func testCrossHalfMigrated(t *testing.T, cl *redistest.Cluster, shards []redistest.Shard) {
+	ctx := context.Background()
+	a, b := shards[0], shards[1]
+	na, nb := cl.Node(a.Master), cl.Node(b.Master)
+	slot := a.Slots[0][0] + 9
+	var hookMu sync.Mutex
+	var hooks []Health
+	lim, err := New(cl.Client(t), GCRA, PerHour(5), WithPrefix(fmt.Sprintf("half-%d", time.Now().UnixNano())),
+		WithTimeout(2*time.Second), WithHealthHook(func(h Health, _ error) { hookMu.Lock(); hooks = append(hooks, h); hookMu.Unlock() }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lim.Close()
+	keys := make([]string, 4)
+	for i := range keys {
+		keys[i] = keyInSlot(t, fmt.Sprintf("half%d-", i), slot)
+		if _, err := lim.Allow(ctx, keys[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	startMigrating(t, ctx, na, nb, slot, a, b)
+	host, port, _ := strings.Cut(b.Master, ":")
+	for _, k := range keys[:2] {
+		if err := na.Do(ctx, "MIGRATE", host, port, "", 0, 5000, "KEYS", lim.keys(k)[0]).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer func() { // the slot back to a, its keys gone
+		for _, k := range keys[2:] {
+			na.Del(ctx, lim.keys(k)[0])
+		}
+		conn := nb.Conn()
+		for _, k := range keys[:2] {
+			conn.Do(ctx, "ASKING")
+			conn.Do(ctx, "DEL", lim.keys(k)[0])
+		}
+		conn.Close()
+		for _, n := range []*redis.Client{na, nb} {
+			if err := n.Do(ctx, "CLUSTER", "SETSLOT", slot, "STABLE").Err(); err != nil {
+				t.Errorf("SETSLOT %d STABLE: %v", slot, err)
+			}
+		}
+	}()
+	allowed, errs := crossBatch(t, lim, keys)
+	for i, err := range errs {
+		if err != nil || !allowed[i] {
+			t.Errorf("key %d of a batch in a half-moved slot: admitted %v, %v; want admitted (4 left)", i, allowed[i], err)
+		}
+	}
+	if h := lim.Health(); h != Healthy {
+		t.Errorf("Health() = %v after a slot's move refused a batch; want Healthy", h)
+	}
+	if _, err := lim.Allow(ctx, keyInSlot(t, "other-", a.Slots[0][0]+500)); err != nil {
+		t.Errorf("a key of another slot of the same master: %v", err)
+	}
+	hookMu.Lock()
+	defer hookMu.Unlock()
+	if len(hooks) != 0 {
+		t.Errorf("the health hook saw %v; want nothing", hooks)
 	}
 }

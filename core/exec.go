@@ -394,7 +394,7 @@ func (g *scriptGroup) keepWaiting() bool {
 func (b *batcher) resend(ctx context.Context, x *execScratch) {
 	for sends := 1; sends < maxSends; sends++ {
 		for _, g := range x.groups[:x.used] {
-			if g.answered || !g.cross {
+			if g.answered {
 				continue
 			}
 			// A replica (a master replaced, the slot map stale) refuses a
@@ -402,16 +402,19 @@ func (b *batcher) resend(ctx context.Context, x *execScratch) {
 			// keys declared, each is redirected to its master (MOVED), and
 			// go-redis learns the new map. A Redis without script flags
 			// refuses it too, having run nothing: its calls go alone, with
-			// the plain script's source, which may be new to it.
+			// the plain script's source, which may be new to it. A call of
+			// several requests refused while their slot is half moved
+			// (TRYAGAIN) goes alone too: see isTryAgain.
 			err := g.cmd.Err()
-			readOnly := redis.IsReadOnlyError(err)
-			if !readOnly && !noScriptFlags(err) {
+			readOnly := g.cross && redis.IsReadOnlyError(err)
+			flags := g.cross && noScriptFlags(err)
+			if !readOnly && !flags && !(len(g.calls) > 1 && isTryAgain(err)) {
 				continue
 			}
-			if !readOnly {
+			if flags {
 				b.slotsOnly.Store(true)
 			}
-			x.sendAlone(ctx, g.calls, err, !readOnly)
+			x.sendAlone(ctx, g.calls, err, flags)
 			clear(g.calls)
 			g.calls, g.answered = g.calls[:0], true // emptied: nothing to answer
 		}

@@ -50,7 +50,7 @@ var refusals = [...]refusal{
 	{prefix: "LOADING", resend: true, down: true},
 	{prefix: "READONLY", resend: true, down: true},
 	{prefix: "MASTERDOWN", resend: true, down: true},
-	{prefix: "TRYAGAIN", resend: true, down: true},
+	{prefix: "TRYAGAIN", resend: true}, // about one slot: see isTryAgain
 	{prefix: "CLUSTERDOWN", resend: true, down: true},
 	{prefix: "ERR max number of clients reached", resend: true, down: true},
 	{prefix: "BUSY ", down: true}, // (not BUSYKEY, BUSYGROUP: about one key)
@@ -264,6 +264,16 @@ func isRedisReply(err error) bool { return findIn(err, isReply) != nil }
 // (a restart, SCRIPT FLUSH, a failover to a replica that never saw it).
 func isNoScript(err error) bool {
 	return err != nil && strings.HasPrefix(replyText(err), "NOSCRIPT")
+}
+
+// isTryAgain reports whether err is a cluster master's refusal of a call
+// whose keys lie in one slot being resharded, some of them moved already
+// and some not (TRYAGAIN): it lasts as long as the move. Alone, each
+// request's keys are all on one side (a request's keys share their hash
+// tag, and move together unless caught mid-move), and its master serves it
+// or redirects it (ASK).
+func isTryAgain(err error) bool {
+	return err != nil && strings.HasPrefix(replyText(err), "TRYAGAIN")
 }
 
 // isNotHere reports whether err is a cluster master's answer to a request,

@@ -26,7 +26,6 @@ func TestRedisRefusalsClassifiedOnce(t *testing.T) {
 		{"READONLY You can't write against a read only replica.", true},
 		{"ERR Error running script (call to f_8d2d5b2c): @user_script:1: -READONLY You can't write against a read only replica.", true},
 		{"MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.", true},
-		{"TRYAGAIN Multiple keys request during rehashing of slot", true},
 		{"CLUSTERDOWN The cluster is down", true},
 		{"ERR max number of clients reached", true},
 		{"BUSY Redis is busy running a script.", false},
@@ -75,6 +74,11 @@ func TestRedisRefusalsClassifiedOnce(t *testing.T) {
 	}
 	if !availability(errors.New("redis: client is closed")) {
 		t.Errorf("an error that is no reply from Redis must count against its health")
+	}
+	// A slot half moved refuses a call of several of its keys (TRYAGAIN): it
+	// ran nothing, and says nothing of the master's health.
+	if err := scriptError("TRYAGAIN Multiple keys request during rehashing of slot"); availability(err) || !resendable(err, false) {
+		t.Errorf("TRYAGAIN: availability %v, resendable %v; want false, true", availability(err), resendable(err, false))
 	}
 	// A lost reply, as a hook rebuilds it quoting the command's keys (chosen
 	// by clients): the script may have run, and is never sent again.
