@@ -248,3 +248,49 @@ func TestTimeoutBoundsADecision(t *testing.T) {
 		t.Errorf("got %+v, %v; want a denial with DeadlineExceeded", r, err)
 	}
 }
+
+// loadingHook answers every script call with LOADING, as a restarting
+// Redis does: resent after a pause, within the limiter's timeout.
+type loadingHook struct{}
+
+func (loadingHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (loadingHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if isScriptCall(cmd) {
+			cmd.SetErr(scriptError("LOADING Redis is loading the dataset in memory"))
+			return cmd.Err()
+		}
+		return next(ctx, cmd)
+	}
+}
+func (loadingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			if isScriptCall(cmd) {
+				cmd.SetErr(scriptError("LOADING Redis is loading the dataset in memory"))
+			}
+		}
+		return nil
+	}
+}
+
+// A decision cut short by the caller's own deadline returns ctx.Err()
+// itself, and ctx.Err() is set when it does, on a fail-open limiter too,
+// not admitted: a resend's pause can end at that deadline a moment before
+// the context's own timer, and the decision used to return the Redis
+// error then (the middleware answered 503 "unavailable" for a request
+// that was merely late, 13 times in 200).
+func TestDecisionCutShortReturnsTheContextsErrorWhenItIsSet(t *testing.T) {
+	c := redistest.Client(t)
+	c.AddHook(loadingHook{})
+	lim := newOn(t, c, GCRA, PerSecond(1000), WithTimeout(time.Second), WithHealthCheck(0, 0))
+	for i := 0; i < 100; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 12*time.Millisecond)
+		res, err := lim.Allow(ctx, "k")
+		ended := ctx.Err()
+		cancel()
+		if err != context.DeadlineExceeded || ended == nil || res.Allowed {
+			t.Fatalf("call %d: %+v, %v (ctx.Err() %v at the return); want not admitted, the context's own error, set", i, res, err, ended)
+		}
+	}
+}

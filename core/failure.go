@@ -4,7 +4,10 @@ import "errors"
 
 // FailureMode says how a Limiter decides when Redis cannot be asked: it is
 // unreachable, too slow for the timeout, or taken for unhealthy. In every
-// mode AllowN still returns the error, so it can be logged or counted.
+// mode AllowN still returns the error, so it can be logged or counted. A
+// decision that the caller's own context ends (canceled, or past its own
+// deadline) is no such failure: it is not admitted, whatever the mode
+// (see Limiter.AllowN).
 type FailureMode int
 
 const (

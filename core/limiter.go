@@ -352,10 +352,10 @@ const probeTag = "#probe"
 
 // decide asks Redis, or the failure mode when Redis cannot be asked.
 func (l *Limiter) decide(ctx context.Context, key string, consume bool, n int) (Result, error) {
-	if consume && ctx.Err() != nil {
+	if consume && gaveUp(ctx) {
 		// Gone before it asked: not admitted (see cutShort), and nothing
 		// asked of Redis or taken from the twin, healthy or not.
-		return l.undecided(false), ctx.Err()
+		return l.undecided(false), ctxErr(ctx)
 	}
 	if l.health.unhealthy() {
 		return l.fallback(key, consume, n, l.health.err())
@@ -386,13 +386,25 @@ func (l *Limiter) decide(ctx context.Context, key string, consume bool, n int) (
 	// context's own timer has ended it.) Nor does the failure mode answer
 	// it: see cutShort.
 	if gaveUp(ctx) {
-		return l.cutShort(key, consume, n, err)
+		return l.cutShort(key, consume, n, ctxErr(ctx))
 	}
 	if availability(err) {
 		h.failure(err)
 		l.batch.reloadSlots()
 	}
 	return l.fallback(key, consume, n, err)
+}
+
+// ctxErr returns the error of ctx, which gaveUp reports ended: once ctx
+// says so, as its timer may fire a moment after its deadline has passed
+// (see gaveUp), so that a decision cut short returns ctx.Err() itself and
+// ctx.Err() is set when it does (callers tell the two apart so).
+func ctxErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return ctx.Err()
 }
 
 // gaveUp reports whether the caller's context has ended or reached its
