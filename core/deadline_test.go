@@ -294,3 +294,40 @@ func TestDecisionCutShortReturnsTheContextsErrorWhenItIsSet(t *testing.T) {
 		}
 	}
 }
+
+// detachedCtx reports a deadline but can never be canceled (Done nil), as
+// a context that detaches a request's work from its cancellation may.
+type detachedCtx struct {
+	context.Context
+	deadline time.Time
+}
+
+func (c detachedCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+func (detachedCtx) Done() <-chan struct{}         { return nil }
+func (detachedCtx) Err() error                    { return nil }
+
+// A context whose deadline has passed but which can never say so (Done
+// nil) ends a decision at once, not admitted, with DeadlineExceeded: a
+// decision waiting for it to say so would wait for good.
+func TestDecisionOnAContextThatCannotEnd(t *testing.T) {
+	lim := newOn(t, redistest.Client(t), GCRA, PerSecond(1000))
+	ctx := detachedCtx{context.Background(), time.Now().Add(-time.Millisecond)}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if res, err := lim.Allow(ctx, "k"); !errors.Is(err, context.DeadlineExceeded) || res.Allowed {
+			t.Errorf("Allow: %+v, %v; want not admitted, DeadlineExceeded", res, err)
+		}
+		if _, err := lim.Peek(ctx, "k"); err == nil {
+			t.Error("Peek: no error past the deadline")
+		}
+		if err := lim.Wait(ctx, "k"); err == nil {
+			t.Error("Wait: no error past the deadline")
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a decision on a context that cannot end is still waiting after 5s")
+	}
+}

@@ -403,8 +403,15 @@ func ctxErr(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	<-ctx.Done()
-	return ctx.Err()
+	if done := ctx.Done(); done != nil {
+		<-done
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+	// a context with a deadline that can never be canceled (Done nil): it
+	// will never say so, and its deadline has passed
+	return context.DeadlineExceeded
 }
 
 // gaveUp reports whether the caller's context has ended or reached its
