@@ -239,14 +239,12 @@ func (b *batcher) do(ctx context.Context, timeout time.Duration, c *call) (answe
 		// must not count a caller's impatience against Redis): the
 		// watchdog may have fired a moment before the context's timer.
 		if ownDeadline(ctx, c) {
-			<-ctx.Done()
-			return false, ctx.Err()
+			return false, ctxErr(ctx)
 		}
 		return false, b.failed.timeout()
 	}
 	if timedOutAtOwnDeadline(ctx, c, c.err) {
-		<-ctx.Done()
-		return true, ctx.Err()
+		return true, ctxErr(ctx)
 	}
 	if c.err == context.DeadlineExceeded {
 		// The send's own context ended with the caller's deadline and

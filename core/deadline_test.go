@@ -311,23 +311,37 @@ func (detachedCtx) Err() error                    { return nil }
 // decision waiting for it to say so would wait for good.
 func TestDecisionOnAContextThatCannotEnd(t *testing.T) {
 	lim := newOn(t, redistest.Client(t), GCRA, PerSecond(1000))
-	ctx := detachedCtx{context.Background(), time.Now().Add(-time.Millisecond)}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if res, err := lim.Allow(ctx, "k"); !errors.Is(err, context.DeadlineExceeded) || res.Allowed {
-			t.Errorf("Allow: %+v, %v; want not admitted, DeadlineExceeded", res, err)
+	detached := detachedCtx{context.Background(), time.Now().Add(-time.Millisecond)}
+	canceled, cancel := context.WithCancel(detached) // (its Done closes only at cancel)
+	defer cancel()
+	timed, cancelTimed := context.WithTimeout(detached, 10*time.Second) // (the earlier deadline: no timer)
+	defer cancelTimed()
+	for name, ctx := range map[string]context.Context{"detached": detached, "WithCancel of it": canceled, "WithTimeout of it": timed} {
+		errs := make(chan string, 3)
+		go func() {
+			defer close(errs)
+			if res, err := lim.Allow(ctx, "k"); !errors.Is(err, context.DeadlineExceeded) || res.Allowed {
+				errs <- fmt.Sprintf("Allow: %+v, %v; want not admitted, DeadlineExceeded", res, err)
+			}
+			if _, err := lim.Peek(ctx, "k"); err == nil {
+				errs <- "Peek: no error past the deadline"
+			}
+			if err := lim.Wait(ctx, "k"); err == nil {
+				errs <- "Wait: no error past the deadline"
+			}
+		}()
+		timeout := time.After(5 * time.Second)
+	wait:
+		for {
+			select {
+			case msg, ok := <-errs:
+				if !ok {
+					break wait
+				}
+				t.Errorf("%s: %s", name, msg)
+			case <-timeout:
+				t.Fatalf("%s: a decision on a context that cannot end is still waiting after 5s", name)
+			}
 		}
-		if _, err := lim.Peek(ctx, "k"); err == nil {
-			t.Error("Peek: no error past the deadline")
-		}
-		if err := lim.Wait(ctx, "k"); err == nil {
-			t.Error("Wait: no error past the deadline")
-		}
-	}()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("a decision on a context that cannot end is still waiting after 5s")
 	}
 }

@@ -40,8 +40,7 @@ const inlineLag = time.Second
 func (b *batcher) sendInline(ctx context.Context, c *call, bounded *redis.Client) error {
 	err := b.sendOwn(c, bounded)
 	if err != nil && (ctx.Err() != nil || timedOutAtOwnDeadline(ctx, c, err)) {
-		<-ctx.Done()
-		return ctx.Err()
+		return ctxErr(ctx)
 	}
 	if timedOut(c, err) {
 		return b.failed.timeout()

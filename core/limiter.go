@@ -398,21 +398,31 @@ func (l *Limiter) decide(ctx context.Context, key string, consume bool, n int) (
 // ctxErr returns the error of ctx, which gaveUp reports ended: once ctx
 // says so, as its timer may fire a moment after its deadline has passed
 // (see gaveUp), so that a decision cut short returns ctx.Err() itself and
-// ctx.Err() is set when it does (callers tell the two apart so).
+// ctx.Err() is set when it does (callers tell the two apart so). It waits
+// ctxGrace at most: a context may report a deadline it never acts on (one
+// that can never be canceled, Done nil, or a WithCancel of it, whose Done
+// closes only at cancel); its deadline has passed all the same.
 func ctxErr(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if done := ctx.Done(); done != nil {
-		<-done
-		if err := ctx.Err(); err != nil {
-			return err
+		t := time.NewTimer(ctxGrace)
+		defer t.Stop()
+		select {
+		case <-done:
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		case <-t.C:
 		}
 	}
-	// a context with a deadline that can never be canceled (Done nil): it
-	// will never say so, and its deadline has passed
 	return context.DeadlineExceeded
 }
+
+// ctxGrace is how long ctxErr waits for a context past its deadline to say
+// it has ended: a timer's moment, with room for a loaded machine.
+const ctxGrace = 50 * time.Millisecond
 
 // gaveUp reports whether the caller's context has ended or reached its
 // deadline.
