@@ -397,11 +397,11 @@ func (l *Limiter) decide(ctx context.Context, key string, consume bool, n int) (
 
 // ctxErr returns the error of ctx, which gaveUp reports ended: once ctx
 // says so, as its timer may fire a moment after its deadline has passed
-// (see gaveUp), so that a decision cut short returns ctx.Err() itself and
-// ctx.Err() is set when it does (callers tell the two apart so). It waits
-// ctxGrace at most: a context may report a deadline it never acts on (one
-// that can never be canceled, Done nil, or a WithCancel of it, whose Done
-// closes only at cancel); its deadline has passed all the same.
+// (see gaveUp), so that a decision cut short returns ctx.Err() itself,
+// set by then when ctx's timer fires within ctxGrace. It waits ctxGrace at
+// most: a context may report a deadline it never acts on (one that can
+// never be canceled, Done nil, or a WithCancel of it, whose Done closes
+// only at cancel); its deadline has passed all the same.
 func ctxErr(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
