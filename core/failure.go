@@ -1,6 +1,10 @@
 package core
 
-import "errors"
+import (
+	"context"
+	"errors"
+	"time"
+)
 
 // FailureMode says how a Limiter decides when Redis cannot be asked: it is
 // unreachable, too slow for the timeout, or taken for unhealthy. In every
@@ -75,3 +79,83 @@ func (e *unavailableError) Error() string {
 }
 
 func (e *unavailableError) Unwrap() []error { return []error{ErrUnavailable, e.cause} }
+
+// ctxErr returns the error of ctx, which gaveUp reports ended: once ctx
+// says so, as its timer may fire a moment after its deadline has passed
+// (see gaveUp), so that a decision cut short returns ctx.Err() itself,
+// set by then when ctx's timer fires within ctxGrace. It waits ctxGrace at
+// most: a context may report a deadline it never acts on (one that can
+// never be canceled, Done nil, or a WithCancel of it, whose Done closes
+// only at cancel); its deadline has passed all the same.
+func ctxErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if done := ctx.Done(); done != nil {
+		t := time.NewTimer(ctxGrace)
+		defer t.Stop()
+		select {
+		case <-done:
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		case <-t.C:
+		}
+	}
+	return context.DeadlineExceeded
+}
+
+// ctxGrace is how long ctxErr waits for a context past its deadline to say
+// it has ended: a timer's moment, with room for a loaded machine.
+const ctxGrace = 50 * time.Millisecond
+
+// gaveUp reports whether the caller's context has ended or reached its
+// deadline.
+func gaveUp(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d)
+}
+
+// fallback is the failure mode's answer to a decision Redis did not make:
+// the twin's (FailLocal), or admitted or not as the mode says.
+func (l *Limiter) fallback(key string, consume bool, n int, err error) (Result, error) {
+	if l.local != nil {
+		if consume {
+			res, _ := l.local.AllowN(time.Now(), key, n)
+			return res, err
+		}
+		return l.local.Peek(time.Now(), key), err
+	}
+	if !consume {
+		return Result{}, err
+	}
+	return l.undecided(l.opts.failure == FailOpen), err
+}
+
+// cutShort answers a decision that its caller's own context ended (canceled,
+// or past its own deadline) before Redis answered: not admitted, whatever
+// the failure mode, and nothing taken from the twin. The caller is gone,
+// and Redis may yet count its decision; a failure mode admitting it (fail
+// open, or the twin's own budget with FailLocal) would let through, while
+// Redis is healthy and denying, every caller that sets a deadline shorter
+// than Redis's answer takes: one a client may choose (a gRPC deadline). To
+// bound how long a decision may take, WithTimeout is the limiter's own
+// timeout, after which the failure mode decides. (A Peek gets the failure
+// mode's view, as for any failure.)
+func (l *Limiter) cutShort(key string, consume bool, n int, err error) (Result, error) {
+	if consume {
+		return l.undecided(false), err
+	}
+	return l.fallback(key, false, n, err)
+}
+
+// undecided is the Result of a consuming decision that neither Redis nor
+// the twin made (Rules nil), admitted or not; it names the policy's first
+// rule.
+func (l *Limiter) undecided(admitted bool) Result {
+	r := l.rules[0]
+	return Result{Allowed: admitted, Limit: r.Limit, Rule: r.Name}
+}

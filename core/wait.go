@@ -1,0 +1,84 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Wait blocks until one event for key is admitted; it is WaitN(ctx, key, 1).
+func (l *Limiter) Wait(ctx context.Context, key string) error {
+	return l.WaitN(ctx, key, 1)
+}
+
+// WaitN blocks until n events for key are admitted, then returns nil. For a
+// LeakyBucket rule it also sleeps the admitted request's Delay, so the caller
+// proceeds at its turn.
+//
+// It returns an error at once, without sleeping, when n can never be
+// admitted (ErrCostExceedsLimit) or when the wait would outlast ctx's
+// deadline (an error wrapping context.DeadlineExceeded); it returns ctx's
+// error when ctx is done while waiting. An admission without a Delay
+// returns nil, even when ctx ends just after it was decided: it has been
+// counted. A LeakyBucket request admitted with a Delay longer than the
+// deadline has been counted too, and the error says so.
+//
+// When Redis cannot be asked, WaitN returns the error rather than letting
+// work through unthrottled or blocking without end; with FailLocal it waits
+// on the in-process twin instead. A call cut short by ctx returns ctx's
+// error (Redis may count a call it answers past the caller's deadline).
+// In shadow mode it never waits.
+func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
+	if err := checkCost(l.rules, "WaitN", n); err != nil {
+		return err
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		res, err := l.AllowN(ctx, key, n)
+		if err != nil && res.Rules == nil {
+			// Nothing decided: a failure mode without a twin, or a call cut
+			// short by ctx (see cutShort). What the twin decided (Rules),
+			// ctx ending just after or not, goes on below.
+			return err
+		}
+		wait := res.RetryAfter
+		if res.Allowed {
+			wait = res.Delay
+			if wait <= 0 {
+				return nil
+			}
+		}
+		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < wait {
+			if res.Allowed {
+				return fmt.Errorf("sluice: WaitN(n=%d): admitted, but its turn comes after %s, past the context deadline: %w", n, wait, context.DeadlineExceeded)
+			}
+			return fmt.Errorf("sluice: WaitN(n=%d): admission in %s would exceed the context deadline: %w", n, wait, context.DeadlineExceeded)
+		}
+		if err := sleep(ctx, wait); err != nil {
+			if res.Allowed {
+				return fmt.Errorf("sluice: WaitN(n=%d): admitted and counted, but ctx ended before its turn: %w", n, err)
+			}
+			return err
+		}
+		if res.Allowed {
+			return nil
+		}
+	}
+}
+
+// sleep waits d or until ctx is done.
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
