@@ -119,6 +119,16 @@ func gaveUp(ctx context.Context) bool {
 	return ok && !time.Now().Before(d)
 }
 
+// failed answers a decision that Redis did not make, with err: cut short
+// when the caller's own context ended it (whether or not Redis was asked:
+// a canceled caller is not even sent), by the failure mode otherwise.
+func (l *Limiter) failed(ctx context.Context, key string, consume bool, n int, err error) (Result, error) {
+	if gaveUp(ctx) {
+		return l.cutShort(key, consume, n, ctxErr(ctx))
+	}
+	return l.fallback(key, consume, n, err)
+}
+
 // fallback is the failure mode's answer to a decision Redis did not make:
 // the twin's (FailLocal), or admitted or not as the mode says.
 func (l *Limiter) fallback(key string, consume bool, n int, err error) (Result, error) {

@@ -350,19 +350,15 @@ func (l *Limiter) probeAt(ctx context.Context, key string, slot int) error {
 // probeTag is the hash tag of the limiter's probe key.
 const probeTag = "#probe"
 
-// decide asks Redis, or the failure mode when Redis cannot be asked.
+// decide asks Redis, or the failure mode when Redis cannot be asked (see
+// failed).
 func (l *Limiter) decide(ctx context.Context, key string, consume bool, n int) (Result, error) {
-	if consume && gaveUp(ctx) {
-		// Gone before it asked: not admitted (see cutShort), and nothing
-		// asked of Redis or taken from the twin, healthy or not.
-		return l.undecided(false), ctxErr(ctx)
-	}
 	if l.health.unhealthy() {
-		return l.fallback(key, consume, n, l.health.err())
+		return l.failed(ctx, key, consume, n, l.health.err())
 	}
 	if l.masters != nil {
 		if h := l.masters.openFor(key); h != nil {
-			return l.fallback(key, consume, n, h.err())
+			return l.failed(ctx, key, consume, n, h.err())
 		}
 	}
 	res, h, err := l.run(ctx, key, consume, n)
@@ -383,14 +379,10 @@ func (l *Limiter) decide(ctx context.Context, key string, consume bool, n int) (
 	// deadline) does not, or one impatient caller could take Redis out of
 	// service for everyone. (The deadline is checked, not only ctx.Err: an
 	// answer cut short at that deadline can arrive a moment before the
-	// context's own timer has ended it.) Nor does the failure mode answer
-	// it: see cutShort.
-	if gaveUp(ctx) {
-		return l.cutShort(key, consume, n, ctxErr(ctx))
-	}
-	if availability(err) {
+	// context's own timer has ended it.)
+	if !gaveUp(ctx) && availability(err) {
 		h.failure(err)
 		l.batch.reloadSlots()
 	}
-	return l.fallback(key, consume, n, err)
+	return l.failed(ctx, key, consume, n, err)
 }
