@@ -100,6 +100,17 @@ func (c *Config) nilFunc(setting, option string) {
 	c.mistake(setting, "%s(nil): a nil function (leave the option out for the default)", option)
 }
 
+// setFunc is what an option taking a function does: set runs it, or, for a
+// nil function, records option's mistake of setting (see nilFunc).
+func (c *Config) setFunc(isNil bool, setting, option string, set func()) {
+	if isNil {
+		c.nilFunc(setting, option)
+		return
+	}
+	set()
+	c.valid(setting)
+}
+
 // NilKey records that the key option named option (WithGinKey,
 // WithEchoKey: the adapters' router-native ones) was given a nil function,
 // as WithKey(nil) does: Must and MustNew refuse it unless a key function
@@ -127,13 +138,7 @@ type Option = func(*Config)
 // adapters wrap it to their context type.
 func WithContextKey(f func(r *http.Request, rc any) (string, error)) Option {
 	return func(c *Config) {
-		if f == nil {
-			c.NilKey("WithContextKey")
-			return
-		}
-		c.Key = f
-		c.customKey = true
-		c.valid("Key")
+		c.setFunc(f == nil, "Key", "WithContextKey", func() { c.Key, c.customKey = f, true })
 	}
 }
 

@@ -61,13 +61,10 @@ const (
 // A nil f panics at construction.
 func WithKey(f keyfunc.Func) Option {
 	return func(c *Config) {
-		if f == nil {
-			c.NilKey("WithKey")
-			return
-		}
-		c.Key = func(r *http.Request, _ any) (string, error) { return f(r) }
-		c.customKey = true
-		c.valid("Key")
+		c.setFunc(f == nil, "Key", "WithKey", func() {
+			c.Key = func(r *http.Request, _ any) (string, error) { return f(r) }
+			c.customKey = true
+		})
 	}
 }
 
@@ -82,12 +79,7 @@ func WithKeyErrorReject() Option { return func(c *Config) { c.KeyErrorReject = t
 // A nil f panics at construction.
 func WithCost(f func(*http.Request) int) Option {
 	return func(c *Config) {
-		if f == nil {
-			c.nilFunc("Cost", "WithCost")
-			return
-		}
-		c.Cost = f
-		c.valid("Cost")
+		c.setFunc(f == nil, "Cost", "WithCost", func() { c.Cost = f })
 	}
 }
 
@@ -97,12 +89,7 @@ func WithCost(f func(*http.Request) int) Option {
 // A nil f panics at construction.
 func WithSkip(f func(*http.Request) bool) Option {
 	return func(c *Config) {
-		if f == nil {
-			c.nilFunc("Skip", "WithSkip")
-			return
-		}
-		c.Skip = f
-		c.valid("Skip")
+		c.setFunc(f == nil, "Skip", "WithSkip", func() { c.Skip = f })
 	}
 }
 
@@ -113,13 +100,7 @@ func WithSkip(f func(*http.Request) bool) Option {
 // A nil f panics at construction.
 func WithDenyHandler(f func(w http.ResponseWriter, r *http.Request, res core.Result)) Option {
 	return func(c *Config) {
-		if f == nil {
-			c.nilFunc("Deny", "WithDenyHandler")
-			return
-		}
-		c.Deny = f
-		c.customDeny = true
-		c.valid("Deny")
+		c.setFunc(f == nil, "Deny", "WithDenyHandler", func() { c.Deny, c.customDeny = f, true })
 	}
 }
 
@@ -217,12 +198,7 @@ func WithLimiterOptions(opts ...core.Option) Option {
 // A nil f panics at construction.
 func WithErrorHandler(f func(r *http.Request, err error)) Option {
 	return func(c *Config) {
-		if f == nil {
-			c.nilFunc("OnError", "WithErrorHandler")
-			return
-		}
-		c.OnError = f
-		c.valid("OnError")
+		c.setFunc(f == nil, "OnError", "WithErrorHandler", func() { c.OnError = f })
 	}
 }
 
@@ -283,12 +259,7 @@ func WithMaxHold(d time.Duration) Option {
 // A nil f panics at construction.
 func WithLimiterFunc(f func(*http.Request) *core.Limiter) Option {
 	return func(c *Config) {
-		if f == nil {
-			c.nilFunc("LimiterFor", "WithLimiterFunc")
-			return
-		}
-		c.LimiterFor = f
-		c.valid("LimiterFor")
+		c.setFunc(f == nil, "LimiterFor", "WithLimiterFunc", func() { c.LimiterFor = f })
 	}
 }
 
