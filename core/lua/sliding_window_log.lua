@@ -69,41 +69,39 @@ end
 local function sliding_window_log(key, now, rate, period, _, n, tick)
   local newest = call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
   local total, latest = 5000000000000000, -1 -- the newest member's number and time
-  local foreign = false -- the set was not written here: replace it
+  -- foreign: the set was not written here, as each step below may find;
+  -- it is no state, decided as an empty log and replaced when admitted
+  local foreign = false
   if newest[1] then
     total, latest = log_number(newest[1]), newest[2] + 0 -- a score, always a number (see head.lua on tonumber)
-    foreign = not total
+    -- a newest member ahead, as after a clock step back, but with no TTL
+    -- to cover it as every write here gives (see ahead_alive)
+    foreign = not total or latest > now and not ahead_alive(key, latest + period, tick)
   end
   -- members scored <= from have left the window; when the clock stepped
   -- back behind the newest member, the window still ends there
   local from = now - period
-  if foreign or latest > now and not ahead_alive(key, latest + period, tick) then
-    -- a newest member never written here, or one ahead, as after a clock
-    -- step back, but no TTL to cover it as every write here gives (see
-    -- ahead_alive): no state
-    foreign, newest, total, latest = true, {}, 5000000000000000, -1
-  elseif latest > now then
+  if not foreign and latest > now then
     from = latest - period
   end
   -- base: the boundary's number; gone: its name (nil with no boundary)
   local base, gone = 5000000000000000, nil
   local used, reset_before = 0, 0
-  if latest > from then
+  if not foreign and latest > from then
     local b = call('ZREVRANGEBYSCORE', key, int(from), '-inf', 'LIMIT', '0', '1')[1]
     if b then
       base, gone = log_number(b), b
     end
-    if base and base < total then
+    -- (a boundary's number is below the newest's: numbers grow with time)
+    foreign = not (base and base < total)
+    if not foreign then
       used = total - base
       reset_before = latest + period - now
-    else -- a boundary never written here (numbers grow with time)
-      foreign, newest, total, latest, base, gone = true, {}, 5000000000000000, -1, 5000000000000000, nil
-      from = now - period
     end
-  elseif newest[1] then
+  elseif not foreign and newest[1] then
     base, gone = total, newest[1]
   end
-  if used + n > rate then
+  if not foreign and used + n > rate then
     -- the first member of the window whose number, less base, reaches need
     local need = used + n - rate
     local e = call('ZRANGEBYSCORE', key, '(' .. int(from), '+inf', 'WITHSCORES', 'LIMIT', '0', '1')
@@ -127,9 +125,7 @@ local function sliding_window_log(key, now, rate, period, _, n, tick)
     if x then
       return false, rate - used, at + period - now, reset_before, 0, 0, nil
     end
-    -- a member never written here: no state, as above
-    foreign, total, latest, base, gone, used, reset_before = true, 5000000000000000, -1, 5000000000000000, nil, 0, 0
-    from = now - period
+    foreign = true -- a member never written here
   end
   -- admitted; numbers reaching 9×10^15: the window's members, to number
   -- afresh (see the write below), read and checked before the reply is
@@ -138,12 +134,14 @@ local function sliding_window_log(key, now, rate, period, _, n, tick)
   if not foreign and total + n >= 9000000000000000 then
     rows = call('ZRANGEBYSCORE', key, '(' .. int(from), '+inf', 'WITHSCORES')
     for i = 1, #rows, 2 do
-      if not log_number(rows[i]) then -- never written here: no state, as above
-        foreign, total, latest, base, gone, used, reset_before = true, 5000000000000000, -1, 5000000000000000, nil, 0, 0
-        from = now - period
+      if not log_number(rows[i]) then
+        foreign = true -- a member never written here
         break
       end
     end
+  end
+  if foreign then -- no state: decided as an empty log
+    total, latest, base, gone, used, reset_before, from = 5000000000000000, -1, 5000000000000000, nil, 0, 0, now - period
   end
   local reset_after = period
   if reset_before > period then
