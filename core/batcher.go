@@ -241,7 +241,7 @@ func (b *batcher) do(ctx context.Context, timeout time.Duration, c *call) (answe
 		if ownDeadline(ctx, c) {
 			return false, ctxErr(ctx)
 		}
-		return false, b.failed.timeout()
+		return false, b.timeout(c)
 	}
 	if timedOutAtOwnDeadline(ctx, c, c.err) {
 		return true, ctxErr(ctx)
@@ -249,9 +249,23 @@ func (b *batcher) do(ctx context.Context, timeout time.Duration, c *call) (answe
 	if c.err == context.DeadlineExceeded {
 		// The send's own context ended with the caller's deadline and
 		// answered first, as the watchdog would have.
-		return true, b.failed.timeout()
+		return true, b.timeout(c)
 	}
 	return true, c.err
+}
+
+// timeout is the error of c, not answered within the limiter's timeout.
+// When the last reply its sends got refused it for its slot (a cluster
+// master answering MOVED or ASK while go-redis followed them, or TRYAGAIN
+// before a resend's pause), it names that refusal and counts against no
+// master's health (see availability): the master c is charged to
+// answered, and one that a redirect led to and that does not answer is
+// seen by the decisions sent to it directly.
+func (b *batcher) timeout(c *call) error {
+	if e := c.refused.Load(); e != nil {
+		return e
+	}
+	return b.failed.timeout()
 }
 
 // ownDeadline reports whether c's deadline is ctx's own (the timeout did

@@ -31,6 +31,10 @@ type call struct {
 
 	scratch []interface{} // the inline path's full argument list
 
+	// refused: on a cluster, when the last reply its sends got refused it
+	// for its slot, its error should it time out (see slotCmd)
+	refused atomic.Pointer[timeoutError]
+
 	deadline time.Time     // when the caller stops waiting; zero: never
 	done     chan struct{} // buffered: signalled once per use, by whoever claims it
 	ctx      execContext   // the inline path's context
@@ -87,6 +91,9 @@ func getCall(k callKind) *call {
 // whose reply the caller has finished reading.
 func putCall(c *call) {
 	c.res = c.res[:0]
+	if c.refused.Load() != nil {
+		c.refused.Store(nil)
+	}
 	clear(c.args) // let go of the boxed arguments
 	callPool.Put(c)
 }

@@ -30,6 +30,9 @@ import (
 // one.
 type timeoutError struct {
 	cause error
+	// slot: cause is a refusal of the call's slot (see slotCmd), and the
+	// timeout does not count against Redis's health
+	slot bool
 	// What Error and Unwrap return, made once: reading or inspecting the
 	// error allocates nothing.
 	msg    string

@@ -160,10 +160,20 @@ func TestCrossSlotCall(t *testing.T) {
 	t.Run("ExpiredWhenNotHere", func(t *testing.T) { testCrossGivenUp(t, cl, shards, callExpired) })
 	t.Run("ClusterDown", func(t *testing.T) { testCrossClusterDown(t, cl, shards) })
 	t.Run("RedirectLoop", func(t *testing.T) { testCrossRedirectLoop(t, cl, shards) })
-	t.Run("RedirectLoopHealth", func(t *testing.T) { testCrossRedirectLoopHealth(t, cl, shards) })
+	// go-redis pauses 10ms and more between the redirects it follows, and
+	// sluice between its resends (8, 16, 32ms): the timeout, the default
+	// one or a shorter one, ends a decision of the looping slot during a
+	// pause. It fails with the redirect, or with the limiter's timeout
+	// naming it, and counts against no master. A lone caller on a client
+	// with ContextTimeoutEnabled sends its own call (inline).
+	t.Run("RedirectLoopHealth", func(t *testing.T) { testCrossRedirectLoopHealth(t, cl, shards, 90, DefaultTimeout, false) })
+	t.Run("RedirectLoopHealthShortTimeout", func(t *testing.T) { testCrossRedirectLoopHealth(t, cl, shards, 92, 30*time.Millisecond, false) })
+	t.Run("RedirectLoopHealthInline", func(t *testing.T) { testCrossRedirectLoopHealth(t, cl, shards, 94, DefaultTimeout, true) })
 	t.Run("ReplyOffsets", func(t *testing.T) { testCrossReplyOffsets(t, cl, shards, false) })
 	t.Run("ReplyOffsetsPolicy", func(t *testing.T) { testCrossReplyOffsets(t, cl, shards, true) })
 	t.Run("HalfMigratedSlot", func(t *testing.T) { testCrossHalfMigrated(t, cl, shards) })
+	t.Run("HalfMovedRequestShortTimeout", func(t *testing.T) { testCrossHalfMovedRequest(t, cl, shards) })
+	t.Run("AskToAHungMaster", func(t *testing.T) { testCrossAskToAHungMaster(t, cl, shards) })
 	t.Run("StaleAfterFailover", func(t *testing.T) { testCrossStaleAfterFailover(t, cl, shards) }) // last: it changes the masters
 }
 
@@ -301,14 +311,15 @@ func testCrossRedirectLoop(t *testing.T, cl *redistest.Cluster, shards []rediste
 // redirect once resent, but that says nothing of A: A's other slots, and
 // the limiter's health, are untouched (a MOVED is about a key, not about
 // Redis being able to decide).
-func testCrossRedirectLoopHealth(t *testing.T, cl *redistest.Cluster, shards []redistest.Shard) {
+func testCrossRedirectLoopHealth(t *testing.T, cl *redistest.Cluster, shards []redistest.Shard, offset int, timeout time.Duration, ctxTimeout bool) {
 	ctx := context.Background()
-	cc := cl.Client(t)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), ContextTimeoutEnabled: ctxTimeout})
+	defer cc.Close()
 	a, b := shards[0], shards[1]
 	prefix := fmt.Sprintf("cross-loophealth-%d", time.Now().UnixNano())
-	lim := newOn(t, cc, FixedWindow, PerHour(5), WithPrefix(prefix), WithFailureMode(FailClosed), WithHealthCheck(3, 0))
+	lim := newOn(t, cc, FixedWindow, PerHour(5), WithPrefix(prefix), WithFailureMode(FailClosed), WithHealthCheck(3, 0), WithTimeout(timeout))
 	defer lim.Close()
-	stuck, other := a.Slots[0][0]+90, a.Slots[0][0]+91
+	stuck, other := a.Slots[0][0]+offset, a.Slots[0][0]+offset+1
 	healthy := keyInSlot(t, "healthy-", other)
 	if _, err := lim.Allow(ctx, healthy); err != nil { // the script loaded, the map too
 		t.Fatal(err)
@@ -324,7 +335,7 @@ func testCrossRedirectLoopHealth(t *testing.T, cl *redistest.Cluster, shards []r
 	}()
 	for i := range 5 {
 		k := keyInSlot(t, fmt.Sprintf("stuck%d-", i), stuck)
-		if _, err := lim.Allow(ctx, k); err == nil || errors.Is(err, ErrUnavailable) {
+		if _, err := lim.Allow(ctx, k); err == nil || errors.Is(err, ErrUnavailable) || !names(err, "MOVED", "ASK") {
 			t.Errorf("%s of the looping slot %d: %v; want the redirect's error", k, stuck, err)
 		}
 	}
@@ -713,4 +724,127 @@ func testCrossHalfMigrated(t *testing.T, cl *redistest.Cluster, shards []rediste
 	if len(hooks) != 0 {
 		t.Errorf("the health hook saw %v; want nothing", hooks)
 	}
+}
+
+// testCrossHalfMovedRequest: a lone request of a policy whose two keys a
+// reshard has split (one moved to master B, one still on A) is refused
+// whole (TRYAGAIN) for as long as the move lasts. With a timeout shorter
+// than the resends' pauses it fails with that refusal, which is about one
+// slot: neither the limiter's health nor A's other slots are touched.
+func testCrossHalfMovedRequest(t *testing.T, cl *redistest.Cluster, shards []redistest.Shard) {
+	ctx := context.Background()
+	a, b := shards[0], shards[1]
+	na, nb := cl.Node(a.Master), cl.Node(b.Master)
+	slot := a.Slots[0][0] + 11
+	rules := []Rule{
+		{Name: "second", Algorithm: GCRA, Limit: PerSecond(100)},
+		{Name: "hour", Algorithm: FixedWindow, Limit: PerHour(100)},
+	}
+	lim, err := NewPolicy(cl.Client(t), rules, WithPrefix(fmt.Sprintf("halfreq-%d", time.Now().UnixNano())),
+		WithTimeout(30*time.Millisecond), WithFailureMode(FailClosed), WithHealthCheck(3, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lim.Close()
+	keys := make([]string, 5)
+	for i := range keys {
+		keys[i] = keyInSlot(t, fmt.Sprintf("halfreq%d-", i), slot)
+		if _, err := lim.Allow(ctx, keys[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other := keyInSlot(t, "other-", a.Slots[0][0]+501)
+	if _, err := lim.Allow(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	startMigrating(t, ctx, na, nb, slot, a, b)
+	host, port, _ := strings.Cut(b.Master, ":")
+	for _, k := range keys {
+		// the hourly rule's key moves, the per-second one's stays
+		if err := na.Do(ctx, "MIGRATE", host, port, "", 0, 5000, "KEYS", lim.keys(k)[1]).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer func() { // the slot back to a, its keys gone
+		conn := nb.Conn()
+		for _, k := range keys {
+			na.Del(ctx, lim.keys(k)[0])
+			conn.Do(ctx, "ASKING")
+			conn.Do(ctx, "DEL", lim.keys(k)[1])
+		}
+		conn.Close()
+		for _, n := range []*redis.Client{na, nb} {
+			if err := n.Do(ctx, "CLUSTER", "SETSLOT", slot, "STABLE").Err(); err != nil {
+				t.Errorf("SETSLOT %d STABLE: %v", slot, err)
+			}
+		}
+	}()
+	for _, k := range keys {
+		if _, err := lim.Allow(ctx, k); err == nil || errors.Is(err, ErrUnavailable) || !names(err, "TRYAGAIN") {
+			t.Errorf("%s, its keys split by a move: %v; want the refusal (TRYAGAIN), or the timeout naming it", k, err)
+		}
+	}
+	if h := lim.Health(); h != Healthy {
+		t.Errorf("Health() = %v after requests split by a move; want Healthy", h)
+	}
+	if r, err := lim.Allow(ctx, other); err != nil || !r.Allowed {
+		t.Errorf("a key of another slot of the same master: %+v, %v; want admitted", r, err)
+	}
+}
+
+// testCrossAskToAHungMaster: slot S of master A is migrating to master B,
+// and B has stopped answering. A answers ASK for a new key of S, go-redis
+// follows it to B, and B never answers: each decision fails with the
+// limiter's timeout, which names the redirect and counts against neither
+// master (A answered; B's own decisions see that it hangs): A's other
+// slots are still decided.
+func testCrossAskToAHungMaster(t *testing.T, cl *redistest.Cluster, shards []redistest.Shard) {
+	ctx := context.Background()
+	a, b := shards[0], shards[1]
+	na, nb := cl.Node(a.Master), cl.Node(b.Master)
+	lim := newOn(t, cl.Client(t), FixedWindow, PerHour(5), WithPrefix(fmt.Sprintf("askhung-%d", time.Now().UnixNano())),
+		WithFailureMode(FailClosed), WithHealthCheck(3, 0), WithTimeout(DefaultTimeout))
+	defer lim.Close()
+	slot := a.Slots[0][0] + 300
+	for _, k := range []string{keyInSlot(t, "warmA-", a.Slots[0][0]+301), keyInSlot(t, "warmB-", b.Slots[0][0]+301)} {
+		if _, err := lim.Allow(ctx, k); err != nil { // the script loaded on both, the map read
+			t.Fatal(err)
+		}
+	}
+	startMigrating(t, ctx, na, nb, slot, a, b)
+	defer func() {
+		for _, n := range []*redis.Client{na, nb} {
+			if err := n.Do(ctx, "CLUSTER", "SETSLOT", slot, "STABLE").Err(); err != nil {
+				t.Errorf("SETSLOT %d STABLE: %v", slot, err)
+			}
+		}
+	}()
+	if err := nb.Do(ctx, "CLIENT", "PAUSE", 5000, "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := nb.Do(ctx, "CLIENT", "UNPAUSE").Err(); err != nil {
+			t.Errorf("CLIENT UNPAUSE on %s: %v", b.Master, err)
+		}
+	}()
+	for i := range 4 {
+		k := keyInSlot(t, fmt.Sprintf("askhung%d-", i), slot)
+		if _, err := lim.Allow(ctx, k); !errors.Is(err, context.DeadlineExceeded) || !names(err, "ASK") || errors.Is(err, ErrUnavailable) {
+			t.Errorf("decision %d of slot %d, asked to a master that hangs: %v; want the limiter's timeout naming ASK", i, slot, err)
+		}
+	}
+	if r, err := lim.Allow(ctx, keyInSlot(t, "otherA-", a.Slots[0][0]+302)); err != nil || !r.Allowed {
+		t.Errorf("another slot of %s: %+v, %v; want admitted", a.Master, r, err)
+	}
+}
+
+// names reports whether err's text names one of words: a refusal, or the
+// limiter's timeout naming it as its last error.
+func names(err error, words ...string) bool {
+	for _, w := range words {
+		if err != nil && strings.Contains(err.Error(), w) {
+			return true
+		}
+	}
+	return false
 }

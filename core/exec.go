@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -201,7 +202,7 @@ func (b *batcher) exec(x *execScratch, batch []*call) (handed int) {
 	for _, g := range groups {
 		g.alone = len(groups) == 1
 		g.build(ctx, b.script, b.ruleArgs)
-		_ = pipe.Process(ctx, scriptCmd{g.cmd})
+		b.process(ctx, pipe, g)
 	}
 	execPipe(ctx, pipe) // errors are read per command below; an empty pipeline sends nothing
 	// The groups already settled are answered before any resend: one
@@ -345,6 +346,15 @@ func (g *scriptGroup) build(ctx context.Context, s *luaScript, ruleArgs []interf
 	g.fresh = false
 }
 
+// process adds g's script call to pipe: on a cluster, as a slotCmd.
+func (b *batcher) process(ctx context.Context, pipe redis.Pipeliner, g *scriptGroup) {
+	if b.cluster != nil {
+		_ = pipe.Process(ctx, &slotCmd{scriptCmd{g.cmd}, slices.Clone(g.calls)})
+	} else {
+		_ = pipe.Process(ctx, scriptCmd{g.cmd})
+	}
+}
+
 // sendAlone moves calls into groups of their own, for resend to send with
 // their keys declared (with the script's source when source): go-redis then
 // routes each to the master of its slot and follows MOVED and ASK. Each new
@@ -459,7 +469,7 @@ func (b *batcher) resend(ctx context.Context, x *execScratch) {
 		for _, g := range sent {
 			g.alone = len(sent) == 1
 			g.build(ctx, b.script, b.ruleArgs)
-			_ = pipe.Process(ctx, scriptCmd{g.cmd})
+			b.process(ctx, pipe, g)
 		}
 		execPipe(ctx, pipe)
 		b.answer(ctx, x, true)

@@ -43,7 +43,7 @@ func (b *batcher) sendInline(ctx context.Context, c *call, bounded *redis.Client
 		return ctxErr(ctx)
 	}
 	if timedOut(c, err) {
-		return b.failed.timeout()
+		return b.timeout(c)
 	}
 	return err
 }

@@ -138,6 +138,8 @@ func isNetError(err error) bool { _, ok := err.(net.Error); return ok }
 
 func isOpError(err error) bool { _, ok := err.(*net.OpError); return ok }
 
+func isTimeoutError(err error) bool { _, ok := err.(*timeoutError); return ok }
+
 // replyText returns what Redis replied, when err is or wraps a reply of
 // Redis's; Redis's replies are recognised by how they begin. Otherwise it
 // returns err's text: a hook of the client's may have rebuilt the reply as
@@ -217,7 +219,11 @@ func resendable(err error, alone bool) bool {
 // opposed to an error about one request, such as a key of the wrong type).
 func availability(err error) bool {
 	// The limiter's own timeout counts, whatever error it names as its
-	// cause (see timeoutError): Redis did not answer in time.
+	// cause (see timeoutError): Redis did not answer in time; unless its
+	// call was refused for its slot (see batcher.timeout).
+	if t, ok := findIn(err, isTimeoutError).(*timeoutError); ok && t.slot {
+		return false
+	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		return true
 	}
@@ -274,6 +280,14 @@ func isNoScript(err error) bool {
 // or redirects it (ASK).
 func isTryAgain(err error) bool {
 	return err != nil && strings.HasPrefix(replyText(err), "TRYAGAIN")
+}
+
+// slotRefusal reports whether err is a cluster master's refusal of a call
+// for its slot, which says nothing of the master's health: a redirect
+// (MOVED, ASK) or TRYAGAIN.
+func slotRefusal(err error) bool {
+	r := refusedBy(replyText(err))
+	return r != nil && r.resend && !r.down
 }
 
 // isNotHere reports whether err is a cluster master's answer to a request,
@@ -333,6 +347,8 @@ func execPipe(ctx context.Context, pipe redis.Pipeliner) {
 func answered(cmd redis.Cmder) bool {
 	switch c := cmd.(type) {
 	case scriptCmd:
+		return c.Val() != nil
+	case *slotCmd:
 		return c.Val() != nil
 	case *redis.StatusCmd:
 		return c.Val() != ""

@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -24,6 +25,42 @@ type scriptCmd struct{ *redis.IntSliceCmd }
 // NoRetry tells go-redis not to resend the command, nor the pipeline
 // holding it.
 func (scriptCmd) NoRetry() bool { return true }
+
+// slotCmd is a script call to a cluster master, which notes on each of its
+// calls whether the last reply it got refused them for their slot (see
+// slotRefusal). go-redis follows MOVED and ASK itself within a send,
+// pausing 10ms and more between them, and sluice pauses before it sends a
+// call refused so again: a call whose deadline passes meanwhile was
+// refused by a master that answered. Its caller gets the limiter's
+// timeout naming that refusal, which counts against no master's health
+// (see batcher.timeout). One is made at each send: a hook may keep the
+// command.
+type slotCmd struct {
+	scriptCmd
+	calls []*call
+}
+
+// SetErr sets the call's error, as go-redis does with every reply it
+// reads, the redirects it follows included, and notes the refusal of
+// their slot on the calls (see slotCmd). The error of the send's own
+// context, ended at a deadline, leaves the note as it is; any other error
+// (a connection's, another refusal) replaces it with none.
+func (c *slotCmd) SetErr(err error) {
+	c.IntSliceCmd.SetErr(err)
+	if err == nil {
+		return
+	}
+	var n *timeoutError
+	if slotRefusal(err) {
+		n = newTimeoutError(err)
+		n.slot = true
+	} else if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return
+	}
+	for _, x := range c.calls {
+		x.refused.Store(n)
+	}
+}
 
 // pause waits before the next send of a call that Redis could not take:
 // 8ms, 16ms, 32ms. It reports false, at once, when ctx ends first.
