@@ -303,3 +303,93 @@ func TestStaleWriteErrorNotResent(t *testing.T) {
 		}
 	}
 }
+
+// promoteAfterScript is a hook that, once armed, makes its server a master
+// (REPLICAOF NO ONE) as soon as the first script call sent after arming
+// returns: what a failover does while a decision is refused.
+type promoteAfterScript struct {
+	admin *redis.Client
+	armed atomic.Bool
+	sends atomic.Int32 // script calls sent after arming
+}
+
+func (h *promoteAfterScript) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *promoteAfterScript) after(ctx context.Context, cmds ...redis.Cmder) {
+	for _, cmd := range cmds {
+		if isScriptCall(cmd) && h.armed.Load() {
+			if h.sends.Add(1) == 1 {
+				_ = h.admin.Do(ctx, "REPLICAOF", "NO", "ONE").Err()
+			}
+		}
+	}
+}
+
+func (h *promoteAfterScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.after(ctx, cmd)
+		return err
+	}
+}
+
+func (h *promoteAfterScript) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		h.after(ctx, cmds...)
+		return err
+	}
+}
+
+// A decision refused by a replica, its write refused inside the script
+// (READONLY; Redis 7 runs a script without flags on a replica), wrote
+// nothing: it is sent again after a pause, as a call refused whole is, and
+// decided by the server once it is a master (a failover in between). A
+// lone caller sends its own call; callers in a batch go through a flusher.
+func TestReadOnlyInsideTheScriptIsResent(t *testing.T) {
+	for _, batch := range []bool{false, true} {
+		t.Run(map[bool]string{false: "lone", true: "batch"}[batch], func(t *testing.T) {
+			srv := redistest.StartT(t)
+			admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
+			defer admin.Close()
+			h := &promoteAfterScript{admin: admin}
+			c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+			defer c.Close()
+			c.AddHook(h)
+			lim := newOn(t, c, GCRA, PerHour(10), WithFailureMode(FailClosed), WithTimeout(2*time.Second))
+			defer lim.Close()
+			ctx := context.Background()
+			if _, err := lim.Allow(ctx, "warm"); err != nil { // the script loaded
+				t.Fatal(err)
+			}
+			if err := admin.ReplicaOf(ctx, "127.0.0.1", redistest.RefusedAddr(t)[len("127.0.0.1:"):]).Err(); err != nil {
+				t.Fatal(err)
+			}
+			h.armed.Store(true)
+			n := 1
+			if batch {
+				n = 8
+			}
+			errs := make([]error, n)
+			allowed := make([]bool, n)
+			var wg sync.WaitGroup
+			for i := range n {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					r, err := lim.Allow(ctx, fmt.Sprintf("k%d", i))
+					errs[i], allowed[i] = err, r.Allowed
+				}()
+			}
+			wg.Wait()
+			for i := range n {
+				if errs[i] != nil || !allowed[i] {
+					t.Errorf("decision %d, refused READONLY by a replica promoted then: admitted %v, %v; want admitted", i, allowed[i], errs[i])
+				}
+			}
+			if s := h.sends.Load(); s < 2 {
+				t.Errorf("%d script calls after the refusal began; want it sent again", s)
+			}
+		})
+	}
+}

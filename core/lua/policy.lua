@@ -346,6 +346,16 @@ while d <= count do
     if type(err) == 'table' then
       err = err.err
     end
+    err = tostring(err)
+    -- A replica refuses every write (READONLY): no request of this call
+    -- has written anything, so the call is refused whole, as Redis refuses
+    -- a call it does not run, and the client sends it again after a pause
+    -- (a failover may have just made this server a replica). Redis 6 words
+    -- the refusal "@user_script: N: -READONLY …".
+    local readonly = match(err, '^READONLY .*') or match(err, '^@user_script: ?%d+: %-(READONLY .*)')
+    if readonly then
+      return redis.error_reply(readonly)
+    end
     for k = top + 1, top + 3 * R do
       replies[k] = nil
     end
@@ -370,7 +380,7 @@ while d <= count do
         replies[top] = x
       end
     end
-    put_error(tostring(err))
+    put_error(err)
     d = d + 1
   end
 end
