@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"strings"
 	"sync/atomic"
+
+	"github.com/sluicehq/sluice/internal/peerkey"
 )
 
 // Canonical names of the forwarding headers this file reads.
@@ -94,7 +96,9 @@ func RemoteIP() Func { return IPv6Grouping{}.RemoteIP() }
 // RemoteIP is the package-level RemoteIP with g's IPv6 grouping.
 func (g IPv6Grouping) RemoteIP() Func { return g.remoteIP(&untrustedForwarding) }
 
-// remoteIP is RemoteIP reporting forwarding headers to w.
+func init() { peerkey.Quiet = IPv6Grouping{}.remoteIP(nil) }
+
+// remoteIP is RemoteIP reporting forwarding headers to w (nil: to none).
 func (g IPv6Grouping) remoteIP(w *forwardingWarning) Func {
 	return func(r *http.Request) (string, error) {
 		peer, err := parsePeer(r.RemoteAddr)
@@ -480,7 +484,7 @@ var untrustedForwarding forwardingWarning
 // forwarding header. After the first warning it is a single atomic load;
 // before, a few map lookups. It never allocates until it logs.
 func (w *forwardingWarning) check(h http.Header, peer netip.Addr) {
-	if w.done.Load() {
+	if w == nil || w.done.Load() {
 		return
 	}
 	for _, name := range forwardingHeaders {

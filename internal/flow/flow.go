@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/peerkey"
 	"github.com/sluicehq/sluice/keyfunc"
 )
 
@@ -146,7 +147,7 @@ func WithContextKey(f func(r *http.Request, rc any) (string, error)) Option {
 type Flow struct {
 	cfg      Config
 	limiter  *core.Limiter
-	peer     keyfunc.Func // the fallback key
+	peer     keyfunc.Func // the fallback key: the peer's, without RemoteIP's warning (see peerkey)
 	policies policyCache  // RateLimit-Policy values by rules
 	errors   errorLog     // the default error handler
 }
@@ -166,7 +167,7 @@ func (f *Flow) policy(res core.Result) string {
 // reports ErrNoLimiter per request (the adapters use MustNew instead).
 func New[O ~func(*Config)](l *core.Limiter, opts []O) *Flow {
 	peer := keyfunc.RemoteIP()
-	f := &Flow{limiter: l, peer: peer, cfg: Config{
+	f := &Flow{limiter: l, peer: peerkey.Quiet, cfg: Config{
 		Key:     func(r *http.Request, _ any) (string, error) { return peer(r) },
 		Deny:    DenyPlain,
 		Timeout: defaultTimeout,

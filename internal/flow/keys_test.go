@@ -5,6 +5,10 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice/keyfunc"
@@ -109,5 +113,34 @@ func TestPrefixError(t *testing.T) {
 	want := fmt.Errorf("sluice: rate-limit decision failed: %w", cause)
 	if got.Error() != want.Error() || !errors.Is(got, errors.ErrUnsupported) || errors.Unwrap(got) != cause || kindOf(got) != kindDecision {
 		t.Errorf("%v; want %v, wrapping its cause, of kind decision", got, want)
+	}
+}
+
+// TestKeyErrorFallbackDoesNotWarn: a request whose configured key fails
+// (a trusted proxy forwarding a header that is not an address) is limited
+// by its peer address, and that fallback does not log keyfunc.RemoteIP's
+// warning that no trusted proxy is configured: one is. The warning is
+// logged once per process, so a child process checks it afresh.
+func TestKeyErrorFallbackDoesNotWarn(t *testing.T) {
+	if os.Getenv("SLUICE_FALLBACK_WARNING_CHILD") == "1" {
+		lines := captureLog(t)
+		f := New(nil, []Option{WithKey(keyfunc.ForwardedFor(netip.MustParsePrefix("10.0.0.0/8")))})
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = "10.1.1.1:4711"
+		r.Header.Set("X-Forwarded-For", "garbage")
+		if key, ok := f.key(httptest.NewRecorder(), r, nil); !ok || key != "ip:10.1.1.1" {
+			t.Fatalf("key %q, %v; want the peer's", key, ok)
+		}
+		for _, l := range lines.all() {
+			if strings.Contains(l, "no trusted proxy") {
+				t.Errorf("logged %q; a trusted proxy is configured", l)
+			}
+		}
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestKeyErrorFallbackDoesNotWarn$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "SLUICE_FALLBACK_WARNING_CHILD=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("%v\n%s", err, out)
 	}
 }
