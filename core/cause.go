@@ -23,6 +23,12 @@ import (
 // it: dialWatch) the last failed dial; a timed-out call's error wraps
 // context.DeadlineExceeded with the more telling of the two.
 
+// ErrTimeout is wrapped by the error of a decision that Redis did not
+// answer within the limiter's timeout (see WithTimeout), which wraps
+// context.DeadlineExceeded too. A decision cut short by the caller's own
+// context returns ctx.Err() instead, which is not ErrTimeout.
+var ErrTimeout = errors.New("sluice: no answer from redis within the limiter's timeout")
+
 // timeoutError is the error of a decision that Redis did not answer
 // within the limiter's timeout: context.DeadlineExceeded, saying that it
 // was the limiter's timeout (a caller's own deadline returns its
@@ -41,7 +47,7 @@ type timeoutError struct {
 
 func newTimeoutError(cause error) *timeoutError {
 	const text = "context deadline exceeded (no answer from redis within the limiter's timeout"
-	e := &timeoutError{cause: cause, msg: text + ")", unwrap: []error{context.DeadlineExceeded}}
+	e := &timeoutError{cause: cause, msg: text + ")", unwrap: []error{context.DeadlineExceeded, ErrTimeout}}
 	if cause != nil {
 		e.msg = text + "; last redis error: " + cause.Error() + ")"
 		e.unwrap = append(e.unwrap, cause)

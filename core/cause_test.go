@@ -57,10 +57,18 @@ func TestTimeoutSaysItIsTheLimiters(t *testing.T) {
 		_, allowErr := l.Allow(context.Background(), "k")
 		waitErr := l.Wait(context.Background(), "k")
 		for what, err := range map[string]error{"Allow": allowErr, "Wait": waitErr} {
-			if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(fmt.Sprint(err), "limiter's timeout") {
-				t.Errorf("ContextTimeoutEnabled %v, %s on a Redis that never answers: %v; want DeadlineExceeded naming the limiter's timeout",
+			if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrTimeout) || !strings.Contains(fmt.Sprint(err), "limiter's timeout") {
+				t.Errorf("ContextTimeoutEnabled %v, %s on a Redis that never answers: %v; want DeadlineExceeded and ErrTimeout, naming the limiter's timeout",
 					ctxTimeout, what, err)
 			}
+		}
+		// The caller's own deadline, before the limiter's timeout: ctx's
+		// error, not ErrTimeout.
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		_, err = l.Allow(ctx, "k")
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrTimeout) {
+			t.Errorf("ContextTimeoutEnabled %v, Allow past its own deadline: %v; want ctx's error, not ErrTimeout", ctxTimeout, err)
 		}
 	}
 }
