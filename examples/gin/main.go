@@ -9,7 +9,8 @@
 // Retry-After.
 //
 //	GET  /            at most 10 requests in any minute per client IP, shared by
-//	                  every route (after the loop above, the others wait a minute too)
+//	                  every route (after the loop above, the others wait a minute too;
+//	                  a request a route's own limit denies has counted here already)
 //	POST /login       stricter: 3 per minute per client IP
 //	GET  /me          per signed-in user: 5 per minute (curl -H 'Authorization: Bearer alice')
 //	GET  /search      a two-rule policy: 2 per second and 100 per day, RFC 9457 denials
