@@ -43,14 +43,20 @@ type slotCmd struct {
 // SetErr sets the call's error, as go-redis does with every reply it
 // reads, the redirects it follows included, and notes the refusal of
 // their slot on the calls (see slotCmd). The error of the send's own
-// context, ended at a deadline, leaves the note as it is; any other error
-// (a connection's, another refusal) replaces it with none.
+// context, ended at a deadline, leaves the note as it is; an answer, or
+// any other error (a connection's, another refusal), replaces it with
+// none.
 func (c *slotCmd) SetErr(err error) {
 	c.IntSliceCmd.SetErr(err)
+	var n *timeoutError
 	if err == nil {
+		for _, x := range c.calls {
+			if x.refused.Load() != nil {
+				x.refused.Store(nil)
+			}
+		}
 		return
 	}
-	var n *timeoutError
 	if slotRefusal(err) {
 		n = newTimeoutError(err)
 		n.slot = true
