@@ -251,7 +251,7 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int) (Result, error)
 			// (a denial of the rules, Redis's or the twin's; not of a
 			// failure mode, which decides nothing: Rules nil)
 			res.Allowed, res.ShadowDenied, res.RetryAfter = true, res.Rules != nil, 0
-			shadow = err == nil
+			shadow = res.ShadowDenied
 		}
 	}
 	if l.opts.observer != nil {

@@ -8,7 +8,8 @@ type Outcome int
 const (
 	// OutcomeAllowed: Redis admitted the request.
 	OutcomeAllowed Outcome = iota
-	// OutcomeDenied: Redis denied it (or, in shadow mode, would have).
+	// OutcomeDenied: Redis denied it (or, in shadow mode, would have:
+	// Shadow set).
 	OutcomeDenied
 	// OutcomeError: Redis could not be asked; FailOpen or FailClosed
 	// decided, or the caller's own context ended the decision (not
@@ -17,7 +18,8 @@ const (
 	// ErrCostExceedsLimit) or below 1; its Rule is then empty.
 	OutcomeError
 	// OutcomeFallback: Redis could not be asked; the in-process twin
-	// decided (FailLocal).
+	// decided (FailLocal), admitting or denying (Allowed; in shadow mode,
+	// Shadow when it would have denied).
 	OutcomeFallback
 )
 
@@ -41,9 +43,12 @@ func (o Outcome) String() string {
 // spotting hot keys, and is the same in every process.
 type Event struct {
 	Outcome Outcome
-	// Allowed is what the caller was told (in shadow mode always true).
+	// Allowed is what the caller was told: in shadow mode true, but for a
+	// cost refused before Redis is asked (see OutcomeError).
 	Allowed bool
-	// Shadow is set in shadow mode when the rules would have denied.
+	// Shadow is set in shadow mode when the rules would have denied:
+	// Redis's (OutcomeDenied), or the in-process twin's while Redis could
+	// not be asked (OutcomeFallback).
 	Shadow bool
 	// Cached is set when the deny cache answered (WithDenyCache), without
 	// asking Redis.

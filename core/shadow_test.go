@@ -73,3 +73,27 @@ func TestShadowNeverDeniesNorWaits(t *testing.T) {
 		}
 	}
 }
+
+// In shadow mode with FailLocal, Redis unreachable: a request the twin
+// would deny is served, and its event says so (Shadow set), as for one
+// Redis would deny; the twin's admissions are not Shadow.
+func TestShadowTwinDenialIsObserved(t *testing.T) {
+	var events []Event
+	lim := newOn(t, redistest.RefusedClient(t), GCRA, PerMinute(1), WithShadow(), WithFailureMode(FailLocal),
+		WithHealthCheck(0, 0), WithObserver(func(e Event) { events = append(events, e) }))
+	ctx := context.Background()
+	for i := range 2 {
+		r, err := lim.Allow(ctx, "k")
+		if err == nil || !r.Allowed || r.ShadowDenied != (i == 1) {
+			t.Errorf("call %d: %+v, %v; want served with the error, ShadowDenied %v", i, r, err, i == 1)
+		}
+	}
+	if len(events) != 2 {
+		t.Fatalf("%d events; want 2", len(events))
+	}
+	for i, e := range events {
+		if e.Outcome != OutcomeFallback || !e.Allowed || e.Shadow != (i == 1) || e.Err == nil {
+			t.Errorf("event %d: %+v; want fallback, allowed, Shadow %v, with the error", i, e, i == 1)
+		}
+	}
+}
