@@ -21,7 +21,8 @@ var latencyBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .02
 // outcome is allowed, denied, error or fallback (core.Outcome). shadow is
 // "true" for the denials of a limiter in shadow mode (core.WithShadow),
 // which were served all the same, and "false" otherwise, so that
-// sluice_decisions_total{outcome="denied",shadow="false"} counts the 429s.
+// sluice_decisions_total{outcome="denied",shadow="false"} counts Redis's
+// 429s (the README says which others it leaves out).
 // rule is the rule that decided; for error outcomes it may be empty.
 //
 // No label holds the key, raw or hashed: a label per client would make a
