@@ -41,13 +41,20 @@ func (b *batcher) handOver() bool {
 // releaseParked lets the parked flushers go, with b.mu held, once nothing
 // is active or the batcher is closed: a flusher only waits while another
 // batch is in flight, so none outlives the batcher's traffic, nor its
-// Close.
+// Close. A closed batcher with nothing left to send stops its watchdog.
 func (b *batcher) releaseParked() {
 	if b.active > 0 && !b.closed {
 		return
 	}
 	for ; b.parked > 0; b.parked-- {
 		b.wake <- wakeup{}
+	}
+	if b.closed && b.active == 0 && len(b.pending) == 0 && b.watching {
+		// Nothing left to watch: armed at the latest caller's deadline
+		// (hours away, with no timeout of the limiter's own), the watchdog
+		// would hold a closed limiter, dropped since, until then.
+		b.watch.Stop()
+		b.watching = false
 	}
 }
 

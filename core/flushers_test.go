@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"weak"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -185,5 +186,29 @@ func TestCloseLeavesNoGoroutine(t *testing.T) {
 			t.Fatalf("%d goroutines 20s after Close (%d flushers); %d before the load", n, flushersRunning(lim.batch), base)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// A closed limiter is collected once it is dropped, even when its last
+// caller's deadline is hours away: the watchdog, armed at that deadline
+// (with no timeout of the limiter's own), no longer holds it.
+func TestClosedLimiterIsNotHeldByItsWatchdog(t *testing.T) {
+	c := redistest.Client(t)
+	lim := newOn(t, c, GCRA, PerHour(100), WithTimeout(0), WithPrefix(fmt.Sprintf("closewatch-%d", time.Now().UnixNano())))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	if _, err := lim.Allow(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	waitBatcherIdle(t, lim.batch)
+	lim.Close()
+	b := weak.Make(lim.batch)
+	lim = nil
+	for deadline := time.Now().Add(10 * time.Second); b.Value() != nil; {
+		if time.Now().After(deadline) {
+			t.Fatal("a closed and dropped limiter's batcher is still reachable 10s later; its last caller's deadline is an hour away")
+		}
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
 	}
 }
