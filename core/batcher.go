@@ -246,9 +246,10 @@ func (b *batcher) do(ctx context.Context, timeout time.Duration, c *call) (answe
 	if timedOutAtOwnDeadline(ctx, c, c.err) {
 		return true, ctxErr(ctx)
 	}
-	if c.err == context.DeadlineExceeded {
-		// The send's own context ended with the caller's deadline and
-		// answered first, as the watchdog would have.
+	if !c.deadline.IsZero() && timedOut(c, c.err) {
+		// The send timed out at c's deadline, the limiter's timeout (its
+		// context ended, or a read bounded by it failed), and answered
+		// first, as the watchdog would have.
 		return true, b.timeout(c)
 	}
 	return true, c.err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -254,5 +255,70 @@ func TestTimeoutCauseFollowsLoneCalls(t *testing.T) {
 		h.on.Store(false)
 		silent("right after a lone call failed", true)
 		c.Close()
+	}
+}
+
+// readTimesOutAtDeadline is a hook that fails every command with a read
+// timeout once its context ends: what go-redis's own read does on a client
+// with ContextTimeoutEnabled whose server never answers.
+type readTimesOutAtDeadline struct{}
+
+func (readTimesOutAtDeadline) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (readTimesOutAtDeadline) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		<-ctx.Done()
+		err := &net.OpError{Op: "read", Net: "tcp", Err: ioTimeout{}}
+		cmd.SetErr(err)
+		return err
+	}
+}
+
+func (readTimesOutAtDeadline) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		<-ctx.Done()
+		err := &net.OpError{Op: "read", Net: "tcp", Err: ioTimeout{}}
+		for _, c := range cmds {
+			c.SetErr(err)
+		}
+		return err
+	}
+}
+
+type ioTimeout struct{}
+
+func (ioTimeout) Error() string   { return "i/o timeout" }
+func (ioTimeout) Timeout() bool   { return true }
+func (ioTimeout) Temporary() bool { return true }
+
+// A batch whose read times out at its calls' deadline, the limiter's
+// timeout, answers its calls with that error when it comes before the
+// watchdog: each still says it was the limiter's timeout (ErrTimeout), as
+// the watchdog's and a lone caller's do.
+func TestReadTimeoutAtTheLimitersDeadlineIsErrTimeout(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: redistest.StuckServer(t), ContextTimeoutEnabled: true})
+	rdb.AddHook(readTimesOutAtDeadline{})
+	t.Cleanup(func() { rdb.Close() })
+	l := newOn(t, rdb, GCRA, PerSecond(10), WithTimeout(30*time.Millisecond), WithHealthCheck(0, 0))
+	defer l.Close()
+	var mu sync.Mutex
+	bad := map[string]int{}
+	for range 20 {
+		var wg sync.WaitGroup
+		for range 10 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := l.Allow(context.Background(), "k"); !errors.Is(err, ErrTimeout) {
+					mu.Lock()
+					bad[fmt.Sprint(err)]++
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	if len(bad) > 0 {
+		t.Errorf("of 200 decisions timed out at the limiter's deadline, not ErrTimeout: %v", bad)
 	}
 }
