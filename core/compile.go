@@ -147,7 +147,7 @@ func compileRule(r Rule) (compiledRule, error) {
 	if spec.bound != "" {
 		bound = fmt.Sprintf("; %s also needs %s", r.Algorithm, spec.bound)
 	}
-	return compiledRule{}, fmt.Errorf("limit %s is too large to decide exactly: rate and burst must stay under 2^50, and a whole refill, or two periods, under 2^50µs (35 years)%s", l, bound)
+	return compiledRule{}, fmt.Errorf("limit %s is too large to decide exactly: rate and burst must be at most 2^50, and a whole refill, or two periods, at most 2^50µs (35 years)%s", l, bound)
 }
 
 // fits reports whether every quantity of c stays exact in a Lua number,
