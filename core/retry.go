@@ -48,7 +48,6 @@ type slotCmd struct {
 // none.
 func (c *slotCmd) SetErr(err error) {
 	c.IntSliceCmd.SetErr(err)
-	var n *timeoutError
 	if err == nil {
 		for _, x := range c.calls {
 			if x.refused.Load() != nil {
@@ -57,6 +56,7 @@ func (c *slotCmd) SetErr(err error) {
 		}
 		return
 	}
+	var n *timeoutError // none
 	if slotRefusal(err) {
 		n = newTimeoutError(err)
 		n.slot = true
