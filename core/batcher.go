@@ -256,12 +256,12 @@ func (b *batcher) do(ctx context.Context, timeout time.Duration, c *call) (answe
 }
 
 // timeout is the error of c, not answered within the limiter's timeout.
-// When the last reply its sends got refused it for its slot (a cluster
-// master answering MOVED or ASK while go-redis followed them, or TRYAGAIN
-// before a resend's pause), it names that refusal and counts against no
-// master's health (see availability): the master c is charged to
-// answered, and one that a redirect led to and that does not answer is
-// seen by the decisions sent to it directly.
+// On a cluster, when its master answered it (see slotCmd), with a refusal
+// of its slot (MOVED or ASK while go-redis followed them, TRYAGAIN before
+// a resend's pause) or with a reply read too late (its pipeline held by
+// another call's redirects), it says so and counts against no master's
+// health (see availability): one that a redirect led to and that does not
+// answer is seen by the decisions sent to it directly.
 func (b *batcher) timeout(c *call) error {
 	if e := c.refused.Load(); e != nil {
 		return e

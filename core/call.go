@@ -31,8 +31,8 @@ type call struct {
 
 	scratch []interface{} // the inline path's full argument list
 
-	// refused: on a cluster, when the last reply its sends got refused it
-	// for its slot, its error should it time out (see slotCmd)
+	// refused: on a cluster, when its master answered it (the last reply
+	// its sends got), its error should it time out (see slotCmd)
 	refused atomic.Pointer[timeoutError]
 
 	deadline time.Time     // when the caller stops waiting; zero: never

@@ -36,9 +36,10 @@ var ErrTimeout = errors.New("sluice: no answer from redis within the limiter's t
 // one.
 type timeoutError struct {
 	cause error
-	// slot: cause is a refusal of the call's slot (see slotCmd), and the
+	// answered: the master answered the call, with a refusal of its
+	// slot (the cause) or with its reply, read too late (see slotCmd); the
 	// timeout does not count against Redis's health
-	slot bool
+	answered bool
 	// What Error and Unwrap return, made once: reading or inspecting the
 	// error allocates nothing.
 	msg    string

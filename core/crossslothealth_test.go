@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -183,4 +184,43 @@ func names(err error, words ...string) bool {
 		}
 	}
 	return false
+}
+
+// What a cluster call's replies say decides whether its timeout counts
+// against its master: a reply or a refusal of its slot says the master
+// answered (the answer read too late, its pipeline held by another call's
+// redirects, or the call refused while its slot moves); NOSCRIPT after a
+// redirect (the new master lacks the script) and the send's own context
+// ending leave that as it was; a connection's error says nothing came.
+func TestClusterTimeoutCountsOnlyWithoutAnAnswer(t *testing.T) {
+	moved := scriptError("MOVED 3999 127.0.0.1:7001")
+	noScript := scriptError("NOSCRIPT No matching script. Please use EVAL.")
+	reset := &net.OpError{Op: "read", Net: "tcp", Err: errors.New("connection reset by peer")}
+	cases := []struct {
+		name    string
+		replies []error
+		counts  bool
+		names   string // what the error names, if anything
+	}{
+		{"no reply", nil, true, ""},
+		{"answered", []error{nil}, false, "redis answered"},
+		{"moved", []error{moved}, false, "MOVED"},
+		{"moved, then answered", []error{moved, nil}, false, "redis answered"},
+		{"moved, then NOSCRIPT", []error{moved, noScript}, false, "MOVED"},
+		{"moved, then the send's context ended", []error{moved, context.DeadlineExceeded}, false, "MOVED"},
+		{"moved, then a connection reset", []error{moved, reset}, true, ""},
+		{"NOSCRIPT alone", []error{noScript}, true, ""},
+	}
+	b := &batcher{}
+	for _, tc := range cases {
+		c := getCall(callScript)
+		cmd := &slotCmd{scriptCmd{redis.NewIntSliceCmd(context.Background())}, []*call{c}}
+		for _, err := range tc.replies {
+			cmd.SetErr(err)
+		}
+		err := b.timeout(c)
+		if !errors.Is(err, ErrTimeout) || availability(err) != tc.counts || !strings.Contains(err.Error(), tc.names) {
+			t.Errorf("%s: %v, counts %v; want ErrTimeout naming %q, counts %v", tc.name, err, availability(err), tc.names, tc.counts)
+		}
+	}
 }

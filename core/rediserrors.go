@@ -220,8 +220,8 @@ func resendable(err error, alone bool) bool {
 func availability(err error) bool {
 	// The limiter's own timeout counts, whatever error it names as its
 	// cause (see timeoutError): Redis did not answer in time; unless its
-	// call was refused for its slot (see batcher.timeout).
-	if t, ok := findIn(err, isTimeoutError).(*timeoutError); ok && t.slot {
+	// master answered it, on a cluster (see slotCmd).
+	if t, ok := findIn(err, isTimeoutError).(*timeoutError); ok && t.answered {
 		return false
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
