@@ -346,9 +346,17 @@ func (g *scriptGroup) build(ctx context.Context, s *luaScript, ruleArgs []interf
 	g.fresh = false
 }
 
-// process adds g's script call to pipe: on a cluster, as a slotCmd.
+// process adds g's script call to pipe: on a cluster, as a slotCmd. A
+// call sent again (answered "not here" inside a call of several slots, or
+// after NOSCRIPT) no longer counts as answered: only what this send is
+// told will say so (see slotCmd).
 func (b *batcher) process(ctx context.Context, pipe redis.Pipeliner, g *scriptGroup) {
 	if b.cluster != nil {
+		for _, c := range g.calls {
+			if c.refused.Load() == errAnsweredLate {
+				c.refused.Store(nil)
+			}
+		}
 		_ = pipe.Process(ctx, &slotCmd{scriptCmd{g.cmd}, slices.Clone(g.calls)})
 	} else {
 		_ = pipe.Process(ctx, scriptCmd{g.cmd})
