@@ -347,14 +347,13 @@ func (g *scriptGroup) build(ctx context.Context, s *luaScript, ruleArgs []interf
 }
 
 // process adds g's script call to pipe: on a cluster, as a slotCmd. A
-// call sent again (after a pause, answered "not here" inside a call of
-// several slots, after NOSCRIPT) forgets what its last send was told:
-// only what this one is told says whether its master answered (see
-// slotCmd), so that one that hangs now counts.
+// call sent again (answered "not here" inside a call of several slots, or
+// after NOSCRIPT) no longer counts as answered: only what this send is
+// told will say so (see slotCmd).
 func (b *batcher) process(ctx context.Context, pipe redis.Pipeliner, g *scriptGroup) {
 	if b.cluster != nil {
 		for _, c := range g.calls {
-			if c.refused.Load() != nil {
+			if c.refused.Load() == errAnsweredLate {
 				c.refused.Store(nil)
 			}
 		}
