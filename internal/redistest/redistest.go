@@ -114,8 +114,9 @@ func Binary(name string) (string, error) {
 	return "", fmt.Errorf("%s not found in PATH", name)
 }
 
-// FreePort returns a loopback TCP port that was free a moment ago. Ports
-// below 55536 are chosen so that a cluster bus port (port+10000) fits too.
+// FreePort returns a loopback TCP port that was free a moment ago, as was
+// port+10000, the cluster bus port a node of a Redis Cluster listens on
+// beside it (so the port is below 55536).
 func FreePort() (int, error) {
 	for i := 0; i < 50; i++ {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -123,12 +124,19 @@ func FreePort() (int, error) {
 			return 0, err
 		}
 		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if port < 55536 {
-			return port, nil
+		if port >= 55536 {
+			l.Close()
+			continue
 		}
+		bus, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port+10000))
+		l.Close()
+		if err != nil {
+			continue // the bus port is taken: another
+		}
+		bus.Close()
+		return port, nil
 	}
-	return 0, fmt.Errorf("no free port below 55536")
+	return 0, fmt.Errorf("no free port below 55536 whose bus port (+10000) is free too")
 }
 
 // RefusedAddr returns a loopback address that refuses connections for as
