@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/ctxsleep"
 )
 
 // Wait blocks until one event for key is admitted; it is WaitN(ctx, key, 1).
@@ -56,7 +58,7 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
 			}
 			return fmt.Errorf("sluice: WaitN(n=%d): admission in %s would exceed the context deadline: %w", n, wait, context.DeadlineExceeded)
 		}
-		if err := sleep(ctx, wait); err != nil {
+		if err := ctxsleep.Sleep(ctx, wait); err != nil {
 			if res.Allowed {
 				return fmt.Errorf("sluice: WaitN(n=%d): admitted and counted, but ctx ended before its turn: %w", n, err)
 			}
@@ -65,20 +67,5 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
 		if res.Allowed {
 			return nil
 		}
-	}
-}
-
-// sleep waits d or until ctx is done.
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/ctxsleep"
 	"github.com/sluicehq/sluice/internal/peerkey"
 	"github.com/sluicehq/sluice/keyfunc"
 )
@@ -172,7 +173,7 @@ func New[O ~func(*Config)](l *core.Limiter, opts []O) *Flow {
 		Deny:    DenyPlain,
 		Timeout: defaultTimeout,
 		MaxHold: DefaultMaxHold,
-		Sleep:   sleep,
+		Sleep:   ctxsleep.Sleep,
 	}}
 	f.errors.now = time.Now
 	f.cfg.OnError = f.errors.log
@@ -460,16 +461,4 @@ func overDelay(res core.Result, maxDelay time.Duration) core.Result {
 	}
 	res.Delay = 0
 	return res
-}
-
-// sleep waits d or until ctx is done.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -1,7 +1,6 @@
 package flow
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -110,17 +109,6 @@ func TestOverDelay(t *testing.T) {
 	}
 	if v := Violated(got); len(v) != 1 || v[0] != "leaky" {
 		t.Errorf("Violated = %v", v)
-	}
-}
-
-func TestSleep(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if err := sleep(ctx, time.Hour); !errors.Is(err, context.Canceled) {
-		t.Errorf("sleep with a done context = %v", err)
-	}
-	if err := sleep(context.Background(), time.Microsecond); err != nil {
-		t.Errorf("sleep = %v", err)
 	}
 }
 
