@@ -2,7 +2,6 @@ package core
 
 import (
 	"context"
-	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -357,7 +356,7 @@ func (b *batcher) process(ctx context.Context, pipe redis.Pipeliner, g *scriptGr
 				c.refused.Store(nil)
 			}
 		}
-		_ = pipe.Process(ctx, &slotCmd{scriptCmd{g.cmd}, slices.Clone(g.calls)})
+		_ = pipe.Process(ctx, &slotCmd{scriptCmd{g.cmd}, g.calls})
 	} else {
 		_ = pipe.Process(ctx, scriptCmd{g.cmd})
 	}

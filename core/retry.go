@@ -36,6 +36,7 @@ func (scriptCmd) NoRetry() bool { return true }
 // by a master: its caller gets the limiter's timeout, naming the refusal
 // when there was one, which counts against no master's health (see
 // batcher.timeout). One is made at each send: a hook may keep the command.
+// calls is its group's, read by SetErr only while go-redis sends it.
 type slotCmd struct {
 	scriptCmd
 	calls []*call
