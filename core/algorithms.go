@@ -30,7 +30,7 @@ package core
 // policy.lua needs no change, unless the algorithm wants one of the
 // batch fast paths it gives FixedWindow and SlidingWindowCounter by name
 // (fw_take, swc_take), or a lone loop of its own (see algorithmSpec.lone,
-// lua/meter_lone.lua).
+// lua/meter_lone.lua, lua/fixed_window_lone.lua).
 
 // algorithmKind says how an algorithm counts, which decides how a limit
 // is validated and which bounds keep its arithmetic exact (see fits).
@@ -105,6 +105,7 @@ var algorithmTable = [...]algorithmSpec{
 		name:   FixedWindow,
 		kind:   windowed,
 		lua:    []string{"fixed_window.lua"},
+		lone:   "fixed_window_lone.lua",
 		params: fixedWindowParams,
 		decide: fixedWindow,
 	},

@@ -12,9 +12,9 @@ import (
 	"time"
 )
 
-// fastPathGuards open the lone fast paths: the meters' lone loop
-// (lua/meter_lone.lua, after the line core/script.go writes) and the
-// windows' fast path of lua/policy.lua.
+// fastPathGuards open the lone fast paths: the lone loops
+// (lua/meter_lone.lua and lua/fixed_window_lone.lua, each after the line
+// core/script.go writes) and the windows' fast path of lua/policy.lua.
 var fastPathGuards = []string{"local lone = R == 1 and", "if R == 1 and count == 1 and d == 1"}
 
 // shutFastPaths returns src with its fast paths shut, and whether it had
@@ -22,8 +22,8 @@ var fastPathGuards = []string{"local lone = R == 1 and", "if R == 1 and count ==
 func shutFastPaths(src string) (string, bool) {
 	shut := false
 	for _, g := range fastPathGuards {
-		if i := strings.Index(src, g); i >= 0 {
-			src = src[:i] + strings.Replace(g, " and", " and false and", 1) + src[i+len(g):]
+		if strings.Contains(src, g) {
+			src = strings.ReplaceAll(src, g, strings.Replace(g, " and", " and false and", 1))
 			shut = true
 		}
 	}
@@ -31,9 +31,9 @@ func shutFastPaths(src string) (string, bool) {
 }
 
 // The lone fast paths decide a call of one rule as the general path does,
-// a call of one request (the windows' fast path, the meters' lone loop)
-// or a batch (the meters' lone loop, which may stop at any request and
-// leave the rest to the general path): run side by side on two sets of
+// a call of one request (the windows' fast path, the lone loops) or a
+// batch (the lone loops, which may stop at any request and leave the rest
+// to the general path): run side by side on two sets of
 // keys, one script as it is and one with the fast paths shut, every
 // reply, error, stored value and TTL is the same, whatever the costs
 // (Peek included), the clock's steps (back too) and what a key holds

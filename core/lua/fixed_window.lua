@@ -104,16 +104,17 @@ end
 
 -- fw_take is fixed_window for a request that consumes, of a rule that uses
 -- the integer form, in a policy of one rule or as the policy's take_at
--- (see policy.lua): it takes the n events with INCRBY first,
--- and gives them back (DECRBY) when they were not admissible. An admitted
--- request, the common case, thus costs Redis one command instead of two
--- (about a third of the decision's work); a denied one costs two instead
--- of one. It returns ok, remaining (after the request when admitted,
--- before it when denied), reset (ticks), and retry (ticks; 0 when
--- admitted); or nil when the key does not hold an integer (the string
--- form, or another type), or when n exceeds the rate (never admissible;
--- the client never sends it): fixed_window then decides, as for any other
--- request.
+-- (see policy.lua): it takes the n events with INCRBY first, and gives
+-- them back (DECRBY) when they were not admissible. (fixed_window_lone.lua
+-- decides most requests of a lone rule so, before any function is made:
+-- a change here is one there.) An admitted request, the common case,
+-- thus costs Redis one command instead of two (about a third of the
+-- decision's work); a denied one costs two instead of one. It returns
+-- ok, remaining (after the request when admitted, before it when denied),
+-- reset (ticks), and retry (ticks; 0 when admitted); or nil when the key
+-- does not hold an integer (the string form, or another type), or when n
+-- exceeds the rate (never admissible; the client never sends it):
+-- fixed_window then decides, as for any other request.
 local function fw_take(key, now, rate, period, _, n, tick)
   if n > rate then
     return nil

@@ -1,7 +1,7 @@
 -- head.lua: the start of every call, the part of policy.lua's driver that
 -- runs before any function of the script is made (see core/script.go):
--- the time, the rule count and the requests. A lone loop (meter_lone.lua)
--- may follow and decide every request of the call before the rest of the
+-- the time, the rule count and the requests. A lone loop (meter_lone.lua,
+-- fixed_window_lone.lua) may follow and decide every request of the call before the rest of the
 -- script makes the functions and tables of the general path: each call
 -- makes anew every function the script defines, and a call of one request
 -- of one rule, a lone caller's, is the commonest of all. See policy.lua
