@@ -30,7 +30,8 @@ package core
 // policy.lua needs no change, unless the algorithm wants one of the
 // batch fast paths it gives FixedWindow and SlidingWindowCounter by name
 // (fw_take, swc_take), or a lone loop of its own (see algorithmSpec.lone,
-// lua/meter_lone.lua, lua/fixed_window_lone.lua).
+// lua/meter_lone.lua, lua/fixed_window_lone.lua,
+// lua/sliding_window_counter_lone.lua).
 
 // algorithmKind says how an algorithm counts, which decides how a limit
 // is validated and which bounds keep its arithmetic exact (see fits).
@@ -121,6 +122,7 @@ var algorithmTable = [...]algorithmSpec{
 		name:   SlidingWindowCounter,
 		kind:   windowed,
 		lua:    []string{"sliding_window_counter.lua"},
+		lone:   "sliding_window_counter_lone.lua",
 		params: slidingWindowCounterParams,
 		fits:   slidingWindowCounterFits,
 		bound:  "rate × two periods, in milliseconds (microseconds for a period not whole in milliseconds), under 2^50",

@@ -12,9 +12,9 @@ import (
 	"time"
 )
 
-// fastPathGuards open the lone fast paths: the lone loops
-// (lua/meter_lone.lua and lua/fixed_window_lone.lua, each after the line
-// core/script.go writes) and the windows' fast path of lua/policy.lua.
+// fastPathGuards open the lone fast paths: the lone loops (lua/*_lone.lua,
+// each after the line core/script.go writes) and the windows' fast path
+// of lua/policy.lua.
 var fastPathGuards = []string{"local lone = R == 1 and", "if R == 1 and count == 1 and d == 1"}
 
 // shutFastPaths returns src with its fast paths shut, and whether it had

@@ -18,8 +18,8 @@ var luaFiles embed.FS
 
 // scriptFiles are concatenated in this order into the script of every
 // algorithm: what all share (prelude.lua); the start of the policy driver
-// (head.lua), preceded by keysLine; the algorithms' lone loops
-// (fixed_window_lone.lua, meter_lone.lua), each preceded by loneLine; the shared functions
+// (head.lua), preceded by keysLine; the algorithms' lone loops (the
+// *_lone.lua files), each preceded by loneLine; the shared functions
 // (helpers.lua); each algorithm's files in the order of algorithmTable (a
 // file shared by several, meter.lua, once); then the rest of the driver,
 // policy.lua, preceded by the dispatch table algorithmDispatch writes.
@@ -112,8 +112,8 @@ var ownScripts [len(algorithmTable)]struct {
 //
 // Every script call runs the script anew, making every function it
 // defines up to where it returns: a lone decision that no lone loop
-// decides (a SlidingWindowCounter's, a SlidingWindowLog's) makes the other
-// algorithms' functions too in the script of every algorithm (a lone
+// decides (a SlidingWindowLog's, a window's in the string form) makes the
+// other algorithms' functions too in the script of every algorithm (a lone
 // FixedWindow decision, before it had its lone loop, cost Redis about 66k
 // instructions there and 57k in its own script). A decision that a lone
 // loop decides costs the same in either. The codes are the same in every

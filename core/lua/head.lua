@@ -1,10 +1,12 @@
 -- head.lua: the start of every call, the part of policy.lua's driver that
 -- runs before any function of the script is made (see core/script.go):
--- the time, the rule count and the requests. A lone loop (meter_lone.lua,
--- fixed_window_lone.lua) may follow and decide every request of the call before the rest of the
--- script makes the functions and tables of the general path: each call
--- makes anew every function the script defines, and a call of one request
--- of one rule, a lone caller's, is the commonest of all. See policy.lua
+-- the time, the rule count and the requests. A lone loop (its
+-- algorithm's *_lone.lua: the meters', FixedWindow's and
+-- SlidingWindowCounter's) may follow and decide every request of the call
+-- before the rest of the script makes the functions and tables of the
+-- general path: each call makes anew every function the script defines,
+-- and a call of one request of one rule, a lone caller's, is the
+-- commonest of all. See policy.lua
 -- for the arguments and the reply.
 if redis.replicate_commands and not redis.REDIS_VERSION_NUM then
   -- Redis 6 set to lua-replicate-commands no would replicate the script

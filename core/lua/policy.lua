@@ -46,9 +46,9 @@
 -- Sending many requests in one call spares Redis the cost of a script call
 -- per request: the decisions are the same as if sent one by one.
 -- The call starts in head.lua (the time, the requests, the answers), and
--- a lone loop (meter_lone.lua, fixed_window_lone.lua) may have decided
--- some or all of its requests before this file runs: it goes on from
--- request d.
+-- a lone loop (meter_lone.lua, fixed_window_lone.lua,
+-- sliding_window_counter_lone.lua) may have decided some or all of its
+-- requests before this file runs: it goes on from request d.
 -- algorithms, the functions by code, is not defined here: the client puts
 -- it just before this file, generated from its table of algorithms
 -- (core/algorithms.go), so that the codes are listed once.
@@ -61,9 +61,9 @@
 -- undecided (nil), having written nothing, goes the general way, which
 -- tries it again and decides as if this had not run. A failure is the
 -- request's answer, as there (see the end). (The lone loops run earlier
--- still, for the meters and for FixedWindow: see meter_lone.lua and
--- fixed_window_lone.lua. A lone FixedWindow request comes here only when
--- its loop left it undecided.)
+-- still: see meter_lone.lua, fixed_window_lone.lua and
+-- sliding_window_counter_lone.lua. A lone window request comes here only
+-- when its loop left it undecided.)
 if R == 1 and count == 1 and d == 1 and not failed then
   -- (the rule's other arguments are read only for a window: in a meter's
   -- script, which comes here when its lone loop did not apply, they
@@ -246,9 +246,9 @@ else
   -- store's written out in the loop, a Lua call or two less per request
   -- (each costs Redis several hundred instructions: calling store here
   -- added 560 to a GCRA decision's 25.7k). A change to store's write is a
-  -- change to this one, and to the lone loops' (meter_lone.lua,
-  -- fixed_window_lone.lua), which decide most requests of a lone meter or
-  -- FixedWindow rule before this loop runs. It appends two or
+  -- change to this one, and to the lone loops' (the *_lone.lua files),
+  -- which decide most requests of a lone meter, FixedWindow or
+  -- SlidingWindowCounter rule before this loop runs. It appends two or
   -- three integers per request (see the top of this file), leaving the
   -- third out when it is 0. No algorithm lets its state pass its
   -- capacity, so remaining is never negative; were it ever, it is sent as

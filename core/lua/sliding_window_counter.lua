@@ -166,6 +166,9 @@ end
 -- sliding_window_counter then decides, as for any other request. (Its
 -- first lines are fw_take's, written out: a function shared by both would
 -- be one more closure made and called at every decision.)
+-- sliding_window_counter_lone.lua decides most requests of a lone rule so,
+-- before any function is made: a change here, or to swc_window or
+-- swc_decide, is one there.
 local function swc_take(key, now, rate, period, place, n, tick, tags)
   if n > rate then
     return nil
