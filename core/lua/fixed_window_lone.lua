@@ -60,12 +60,16 @@ if lone and ARGV[off + 6] == '1' then
     if x >= 0 and x < 9007199254740992 then
       c = x % 4294967296
       local t = (x - c) / 4294967296
-      if t ~= tag then
-        if t ~= 0 and (t - tag) % 1048576 < 524288 then
+      if t == 0 then
+        c = nil -- a missing key
+      else
+        local ahead = (t - tag) % 1048576 -- as fw_ahead reads it (t may pass 2^20)
+        if ahead >= 524288 then
+          c = nil -- a window gone by
+        elseif ahead > 0 then
           call('DECRBY', key, ns) -- a window ahead: left to fw_take (ahead_alive)
           break
         end
-        c = nil -- a missing key, or a window gone by
       end
     end
     if not c then
