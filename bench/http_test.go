@@ -318,8 +318,12 @@ func (w *httpWorker) close() { w.client.CloseIdleConnections() }
 //
 // It runs its turns once, whatever b.N, and reports for each variant
 // <variant>-req/s (requests over its turns' time), <variant>-p50-us and
-// <variant>-p99-us (per request). cmd/report derives the latency each
-// limiter adds to "none" and sluice's throughput over the better peer's.
+// <variant>-p99-us (per request), and per request over its turns:
+// <variant>-cli-us/req, this process's CPU (the load generator and the
+// servers as well as the limiter), <variant>-srv-us/req, redis-server's
+// (INFO cpu), and <variant>-calls/req, its script calls (EVALSHA and EVAL,
+// INFO commandstats). cmd/report derives the latency each limiter adds
+// to "none" and sluice's throughput over the better peer's.
 func BenchmarkHTTP(b *testing.B) {
 	for _, router := range httpRouters() {
 		b.Run(router.name, func(b *testing.B) {
@@ -356,6 +360,8 @@ func runHTTPTurns(b *testing.B, c int, servers []*httpServer, lims *httpLimiters
 		workers []*httpWorker
 		done    int64
 		elapsed time.Duration
+		cpu     float64 // this process's CPU seconds in its turns
+		server  serverStats
 	}
 	vs := make([]*variant, len(servers))
 	for i, s := range servers {
@@ -387,7 +393,12 @@ func runHTTPTurns(b *testing.B, c int, servers []*httpServer, lims *httpLimiters
 	for round := range httpRoundsFor(len(vs)) {
 		for j := range vs {
 			v := vs[(round+j)%len(vs)]
+			cpu0, srv0 := processCPU(), statsOf(b, lims.sluiceRDB)
 			n, elapsed := httpTurn(b, v.name, v.workers, *httpSlice)
+			srv := statsOf(b, lims.sluiceRDB)
+			v.cpu += processCPU() - cpu0
+			v.server.cpu += srv.cpu - srv0.cpu
+			v.server.scriptCalls += srv.scriptCalls - srv0.scriptCalls
 			v.done += n
 			v.elapsed += elapsed
 		}
@@ -416,6 +427,12 @@ func runHTTPTurns(b *testing.B, c int, servers []*httpServer, lims *httpLimiters
 		b.ReportMetric(float64(v.done)/v.elapsed.Seconds(), v.name+"-req/s")
 		b.ReportMetric(all.quantile(0.50).Seconds()*1e6, v.name+"-p50-us")
 		b.ReportMetric(all.quantile(0.99).Seconds()*1e6, v.name+"-p99-us")
+		if v.done > 0 {
+			n := float64(v.done)
+			b.ReportMetric(v.cpu/n*1e6, v.name+"-cli-us/req")
+			b.ReportMetric(v.server.cpu/n*1e6, v.name+"-srv-us/req")
+			b.ReportMetric(float64(v.server.scriptCalls)/n, v.name+"-calls/req")
+		}
 	}
 }
 

@@ -79,7 +79,7 @@ func httpOf(bs []*bench) []*httpRun {
 		}
 		run := &httpRun{router: b.parts[1], c: c, m: map[string]map[string]float64{}}
 		for unit := range b.samples {
-			for _, m := range []string{"req/s", "p50-us", "p99-us"} {
+			for _, m := range []string{"req/s", "p50-us", "p99-us", "cli-us/req", "srv-us/req", "calls/req"} {
 				if v, ok := strings.CutSuffix(unit, "-"+m); ok {
 					if run.m[v] == nil {
 						run.m[v] = map[string]float64{}
@@ -104,8 +104,10 @@ func writeHTTP(w io.Writer, runs []*httpRun) {
 	}
 	fmt.Fprintf(w, "\n#### HTTP end to end: GET through a real server on loopback, per router, variants in turns\n\n")
 	fmt.Fprintf(w, "Added: the variant's p50 (p99) minus the same router's without a limiter, in the same run. "+
-		"÷ best peer: sluice's requests/s over the faster of ulule/limiter and redis_rate at that router and concurrency.\n\n")
-	fmt.Fprintf(w, "| router | c | variant | req/s | p50 µs | p99 µs | added p50 / p99 µs | sluice ÷ best peer |\n|---|--:|---|--:|--:|--:|--:|--:|\n")
+		"÷ best peer: sluice's requests/s over the faster of ulule/limiter and redis_rate at that router and concurrency. "+
+		"CPU per request: this process's (the load generator and the servers as well as the limiter) · redis-server's, in the variant's turns; "+
+		"script calls: EVALSHA and EVAL per request.\n\n")
+	fmt.Fprintf(w, "| router | c | variant | req/s | p50 µs | p99 µs | added p50 / p99 µs | sluice ÷ best peer | CPU µs per request: process · Redis | script calls per request |\n|---|--:|---|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, run := range runs {
 		base50, ok50 := run.value("none", "p50-us")
 		base99, ok99 := run.value("none", "p99-us")
@@ -132,8 +134,14 @@ func writeHTTP(w io.Writer, runs []*httpRun) {
 			if rps, ok := run.value(v, "req/s"); strings.HasPrefix(v, "sluice") && ok && best > 0 {
 				ratio = fmt.Sprintf("%.2f×", rps/best)
 			}
-			fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s | %s | %s |\n", httpName(run.router), run.c, httpName(v),
-				f("req/s", fmtRate), f("p50-us", fmtUs), f("p99-us", fmtUs), added, ratio)
+			cpu := "–"
+			if cli, ok1 := run.value(v, "cli-us/req"); ok1 {
+				if srv, ok2 := run.value(v, "srv-us/req"); ok2 {
+					cpu = fmtUs(cli) + " · " + fmtUs(srv)
+				}
+			}
+			fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", httpName(run.router), run.c, httpName(v),
+				f("req/s", fmtRate), f("p50-us", fmtUs), f("p99-us", fmtUs), added, ratio, cpu, f("calls/req", fmtSmall))
 		}
 	}
 }
