@@ -31,7 +31,11 @@
 -- swc_take's. When it has decided them all, the call ends here.
 -- TestLoneFastPathDecidesAsTheLoop holds it to the general path's
 -- answers, writes and TTLs. A change to swc_take, swc_window or
--- swc_decide is a change here.
+-- swc_decide is a change here. (Its first lines, up to the INCRBY, and
+-- its end are fixed_window_lone.lua's, as swc_take's are fw_take's: each
+-- loop is assembled only into its own algorithm's script, and one loop for
+-- both would have to tell them apart by their codes, which only
+-- core/algorithms.go lists.)
 if lone and ARGV[off + 6] ~= '0' then
   local tick = 1
   if ARGV[off + 3] ~= '1' then
