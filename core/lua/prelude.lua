@@ -1,5 +1,5 @@
 -- prelude.lua: what every algorithm shares, the start of every script.
--- sluice concatenates prelude.lua, head.lua, a lone loop, helpers.lua,
+-- sluice concatenates prelude.lua, head.lua, the lone loops, helpers.lua,
 -- the files of a limiter's algorithm (of all six for a policy of several
 -- algorithms) and policy.lua into one script (see scriptFiles in
 -- core/script.go).
