@@ -22,8 +22,12 @@
 -- outside, a key of another type): the general path decides that
 -- request and the rest, in order, as it would have. A SET that fails
 -- stops it with its error in failed, for policy.lua to answer, as the
--- one-rule loop answers fw_take's. When it has decided them all, the call
--- ends here. TestLoneFastPathDecidesAsTheLoop holds it to the general
+-- one-rule loop answers fw_take's; the INCRBY before it stays, as in
+-- fw_take. (Neither it nor an undo can fail in practice: the key holds
+-- the integer INCRBY just returned, DECRBY takes it back to the value it
+-- had, and Redis refuses a write for want of memory only at a script's
+-- first, the INCRBY; nothing else runs in between.) When it has decided
+-- them all, the call ends here. TestLoneFastPathDecidesAsTheLoop holds it to the general
 -- path's answers, writes and TTLs.
 --
 -- The window, its tag and its end are the call's (one instant for all

@@ -38,4 +38,7 @@ end
 -- the answers, flat; top is the index of the last one written
 local replies, top = {}, 0
 local d = 1 -- the first request not yet decided
-local failed -- when set, the error of request d, which wrote nothing
+-- failed, when set, is the error of request d, which wrote nothing (but a
+-- window's INCRBY before a SET that failed, as in fw_take: see
+-- fixed_window_lone.lua); policy.lua answers d with it and goes on
+local failed

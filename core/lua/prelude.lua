@@ -1,8 +1,8 @@
 -- prelude.lua: what every algorithm shares, the start of every script.
--- sluice concatenates prelude.lua, head.lua, the lone loops, helpers.lua,
--- the files of a limiter's algorithm (of all six for a policy of several
--- algorithms) and policy.lua into one script (see scriptFiles in
--- core/script.go).
+-- sluice concatenates prelude.lua, head.lua, its algorithms' lone loops,
+-- helpers.lua, the files of a limiter's algorithm (of all six for a
+-- policy of several algorithms) and policy.lua into one script (see
+-- scriptFiles in core/script.go).
 --
 -- Lua numbers are doubles. Every quantity sluice computes is an integer
 -- below 2^52 (core/compile.go bounds the rules' parameters by 2^50; time in
@@ -55,8 +55,8 @@
 -- No algorithm writes anything before write is called. (fw_take and
 -- swc_take, which policy.lua calls instead of fixed_window and
 -- sliding_window_counter for a lone rule's consuming request, and for one
--- rule of a policy once every other rule admits, write first and undo it;
--- see fixed_window.lua.)
+-- rule of a policy once every other rule admits, write first and undo it,
+-- as do the windows' lone loops; see fixed_window.lua.)
 
 -- Globals are table lookups on every use; locals are not. (redis.pcall
 -- is two: about 250 of Redis's instructions on every decision that

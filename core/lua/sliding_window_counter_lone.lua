@@ -16,10 +16,11 @@
 --     and the request is denied;
 --   - the previous window's counts (the tag before), a missing key (tag
 --     0), a window gone by, or a value out of the form's range: a new
---     window, whose previous count is the previous window's current one
---     (or 0), less the n events just added; admitted, it is written with
---     the TTL of the next window's end (SET ... PX), and denied (only with
---     a previous count), the events are given back;
+--     window, whose previous count is the previous window's current count
+--     less the n events just added, or 0 for a missing key or a window
+--     gone by; admitted, it is written with the TTL of the next window's
+--     end (SET ... PX), and denied (only with a previous count), the
+--     events are given back;
 --   - a window ahead (Redis's clock stepped back): the events are given
 --     back, and the loop stops there, having written nothing for it.
 -- It also stops, having written nothing, at a request that does not
@@ -28,7 +29,9 @@
 -- key of another type): the general path decides that request and the
 -- rest, in order, as it would have. A SET that fails stops it with its
 -- error in failed, for policy.lua to answer, as the one-rule loop answers
--- swc_take's. When it has decided them all, the call ends here.
+-- swc_take's; the INCRBY before it stays, as in swc_take (neither it nor
+-- an undo can fail in practice: see fixed_window_lone.lua). When it has
+-- decided them all, the call ends here.
 -- TestLoneFastPathDecidesAsTheLoop holds it to the general path's
 -- answers, writes and TTLs. A change to swc_take, swc_window or
 -- swc_decide is a change here. (Its first lines, up to the INCRBY, and
