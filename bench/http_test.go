@@ -393,10 +393,14 @@ func runHTTPTurns(b *testing.B, c int, servers []*httpServer, lims *httpLimiters
 	for round := range httpRoundsFor(len(vs)) {
 		for j := range vs {
 			v := vs[(round+j)%len(vs)]
-			cpu0, srv0 := processCPU(), statsOf(b, lims.sluiceRDB)
+			// Every variant's client reaches the same redis-server, so the
+			// deltas of its INFO around a turn are that turn's, whoever's
+			// client reads them (with REDIS_URL, other traffic too); the
+			// variant without a limiter shows the idle server's share.
+			srv0, cpu0 := statsOf(b, lims.sluiceRDB), processCPU()
 			n, elapsed := httpTurn(b, v.name, v.workers, *httpSlice)
-			srv := statsOf(b, lims.sluiceRDB)
-			v.cpu += processCPU() - cpu0
+			srv, cpu1 := statsOf(b, lims.sluiceRDB), processCPU()
+			v.cpu += cpu1 - cpu0
 			v.server.cpu += srv.cpu - srv0.cpu
 			v.server.scriptCalls += srv.scriptCalls - srv0.scriptCalls
 			v.done += n

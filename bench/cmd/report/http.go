@@ -97,7 +97,9 @@ func httpOf(bs []*bench) []*httpRun {
 
 // writeHTTP writes BenchmarkHTTP: per router and concurrency, each
 // variant's requests/s and latency, the latency each limiter adds to the
-// same router without one, and sluice's throughput over the better peer's.
+// same router without one, sluice's throughput over the better peer's,
+// and the CPU (this process's, redis-server's) and script calls per
+// request.
 func writeHTTP(w io.Writer, runs []*httpRun) {
 	if len(runs) == 0 {
 		return
