@@ -55,16 +55,22 @@ func changeRules(alg core.Algorithm, two bool) []core.Rule {
 
 // TestClusterMigration decides on a cluster while slots move between
 // masters: 4 cluster clients × 100 goroutines on 400 user keys, half of
-// them in the 100 slots moved, with one rule and with a two-rule policy;
-// then a client whose slot map predates a move.
+// them in the 100 slots moved, with one rule (a meter, and the two
+// windows, whose lone loops take first and give back) and with a two-rule
+// policy; then a client whose slot map predates a move.
 func TestClusterMigration(t *testing.T) {
 	start := time.Now()
 	cl := redistest.StartCluster(t)
 	t.Logf("cluster ready in %s", time.Since(start).Round(time.Millisecond))
-	// Each subtest moves slots out of another master, so none moves
+	// Each subtest moves slots out of another master than the one before
+	// (from the middle of its largest range of slots), so none moves
 	// slots another has moved.
 	t.Run("GCRA", func(t *testing.T) { testMigrationExact(t, cl, changeRules(core.GCRA, false), 0, 1) })
 	t.Run("Policy", func(t *testing.T) { testMigrationExact(t, cl, changeRules(core.TokenBucket, true), 1, 2) })
+	t.Run("FixedWindow", func(t *testing.T) { testMigrationExact(t, cl, changeRules(core.FixedWindow, false), 2, 0) })
+	t.Run("SlidingWindowCounter", func(t *testing.T) {
+		testMigrationExact(t, cl, changeRules(core.SlidingWindowCounter, false), 0, 2)
+	})
 	t.Run("StaleSlotMap", func(t *testing.T) { testStaleSlotMap(t, cl, 2, 0) })
 }
 
