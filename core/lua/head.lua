@@ -6,8 +6,7 @@
 -- before the rest of the script makes the functions and tables of the
 -- general path: each call makes anew every function the script defines,
 -- and a call of one request of one rule, a lone caller's, is the
--- commonest of all. See policy.lua
--- for the arguments and the reply.
+-- commonest of all. See policy.lua for the arguments and the reply.
 if redis.replicate_commands and not redis.REDIS_VERSION_NUM then
   -- Redis 6 set to lua-replicate-commands no would replicate the script
   -- verbatim and refuse a write after TIME; 7, which has
