@@ -50,6 +50,7 @@ if lone and ARGV[off + 6] ~= '0' then
   local w = (now - e) / period -- the window, idiv(now, period)
   local tag = w % tags + 1
   local cap = rate * period
+  local after = (2 * period - e) * tick -- reset_after, µs: the next window's end
   local ms -- the TTL of a new window's value, once needed
   while d <= count do
     local n = unit or ARGV[base + d - 1] + 0
@@ -94,7 +95,7 @@ if lone and ARGV[off + 6] ~= '0' then
     if used + n * period <= cap then
       if not c then
         if not ms then
-          local us = (2 * period - e) * tick -- ttl_ms(reset_after, tick)
+          local us = after -- ttl_ms(reset_after, tick)
           local r = us % 1000
           if r ~= 0 then
             us = us - r + 1000
@@ -107,7 +108,7 @@ if lone and ARGV[off + 6] ~= '0' then
           break
         end
       end
-      replies[top + 1], replies[top + 2] = (avail - n) * 4 + 2, (2 * period - e) * tick
+      replies[top + 1], replies[top + 2] = (avail - n) * 4 + 2, after
       top = top + 2
     else
       call('DECRBY', key, ns) -- (a new window is denied only with a previous count: the key was there)
@@ -125,13 +126,13 @@ if lone and ARGV[off + 6] ~= '0' then
         end
         retry = period - e + e2
       end
-      local before = 0 -- reset_before
+      local before = 0 -- reset_before, µs
       if cn > 0 then
-        before = 2 * period - e
+        before = after
       elseif p > 0 then
-        before = period - e
+        before = (period - e) * tick
       end
-      replies[top + 1], replies[top + 2], replies[top + 3] = avail * 4 + 1, before * tick, retry * tick
+      replies[top + 1], replies[top + 2], replies[top + 3] = avail * 4 + 1, before, retry * tick
       top = top + 3
     end
     d = d + 1
