@@ -97,9 +97,9 @@ func User() Func {
 // tenant, or session) under its own key: "ctx:<value>", hashed as
 // "ctx#<32 hex digits>" when longer than 64 bytes or not printable ASCII.
 //
-// The value may be a string, any integer type or a fmt.Stringer; a missing
-// (nil) value or an empty string is an ErrNoKey, any other type an error
-// that names it. Keys of different ContextValue Funcs share the "ctx:"
+// The value may be a string, any integer type or a fmt.Stringer, of a
+// named type too (type UserID int64); a missing (nil) value or an empty
+// string is an ErrNoKey, any other type an error that names it. Keys of different ContextValue Funcs share the "ctx:"
 // prefix; Join a distinguishing Func if one limiter mixes them. ContextValue
 // panics if key is nil or not comparable, as context.WithValue does.
 func ContextValue(key any) Func {
@@ -128,8 +128,8 @@ func ContextValue(key any) Func {
 // like User's when longer than 64 bytes or not printable ASCII. It serves
 // router adapters that find the id in their own context (ginlimit.UserKey,
 // echolimit.UserKey). v may be a string, any integer type or a
-// fmt.Stringer; nil, a nil pointer or an empty id is an ErrNoKey, any other
-// type an error naming it.
+// fmt.Stringer, of a named type too; nil, a nil pointer or an empty id is
+// an ErrNoKey, any other type an error naming it.
 func UserKey(v any) (string, error) {
 	s, ok := idString(v)
 	if !ok {
@@ -143,8 +143,8 @@ func UserKey(v any) (string, error) {
 }
 
 // idString formats an id found in a context: a string, any integer type or
-// a fmt.Stringer. nil and a nil pointer give "" (no id); ok is false for
-// any other type.
+// a fmt.Stringer, named types (type UserID int64) included. nil and a nil
+// pointer give "" (no id); ok is false for any other type.
 func idString(v any) (s string, ok bool) {
 	switch v := v.(type) {
 	case nil:
@@ -176,6 +176,15 @@ func idString(v any) (s string, ok bool) {
 			return "", true // a nil pointer: calling String would panic
 		}
 		return v.String(), true
+	}
+	// A named type (type UserID int64), as ids in contexts usually are.
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.String:
+		return rv.String(), true
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return strconv.FormatInt(rv.Int(), 10), true
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return strconv.FormatUint(rv.Uint(), 10), true
 	}
 	return "", false
 }

@@ -85,6 +85,13 @@ func TestUser(t *testing.T) {
 
 type ctxKey struct{}
 
+// Ids of named types, as a context usually holds them.
+type (
+	userID    int64
+	accountID uint16
+	sessionID string
+)
+
 type stringer struct{}
 
 func (stringer) String() string { return "s-7" }
@@ -102,6 +109,10 @@ func TestContextValue(t *testing.T) {
 		{name: "uint64", req: withValue(uint64(1) << 63), wantKey: "ctx:9223372036854775808"},
 		{name: "uint8", req: withValue(uint8(7)), wantKey: "ctx:7"},
 		{name: "Stringer", req: withValue(stringer{}), wantKey: "ctx:s-7"},
+		{name: "named integer", req: withValue(userID(-7)), wantKey: "ctx:-7"},
+		{name: "named unsigned", req: withValue(accountID(9)), wantKey: "ctx:9"},
+		{name: "named string", req: withValue(sessionID("s-1")), wantKey: "ctx:s-1"},
+		{name: "empty named string", req: withValue(sessionID("")), wantErr: ErrNoKey},
 		{name: "long string is hashed", req: withValue(strings.Repeat("x", 65)), wantKey: "ctx#" + sha16(strings.Repeat("x", 65))},
 		{name: "missing", req: newRequest("203.0.113.7:1"), wantErr: ErrNoKey},
 		{name: "empty string", req: withValue(""), wantErr: ErrNoKey},
@@ -132,6 +143,8 @@ func TestIDsFromContexts(t *testing.T) {
 	}{
 		{"alice", "user:alice", nil},
 		{int16(7), "user:7", nil},
+		{userID(7), "user:7", nil},
+		{sessionID("alice"), "user:alice", nil},
 		{long, "user#" + sha16(long), nil},
 		{(*nilStringer)(nil), "", ErrNoKey},
 		{"", "", ErrNoKey},
