@@ -8,15 +8,23 @@ import (
 )
 
 // enforcesDeadlines reports whether go-redis itself ends a command at its
-// context's deadline.
+// context's deadline: with ContextTimeoutEnabled, on a client that sets
+// deadlines on its connections at all (a ReadTimeout or WriteTimeout of -2,
+// stored as -1, sets none, and go-redis then ignores the context's).
 func enforcesDeadlines(client redis.UniversalClient) bool {
+	enforces := func(ctxTimeout bool, read, write time.Duration) bool {
+		return ctxTimeout && read >= 0 && write >= 0
+	}
 	switch c := client.(type) {
 	case *redis.Client:
-		return c.Options().ContextTimeoutEnabled
+		o := c.Options()
+		return enforces(o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout)
 	case *redis.ClusterClient:
-		return c.Options().ContextTimeoutEnabled
+		o := c.Options()
+		return enforces(o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout)
 	case *redis.Ring:
-		return c.Options().ContextTimeoutEnabled
+		o := c.Options()
+		return enforces(o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout)
 	}
 	return false
 }

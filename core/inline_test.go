@@ -355,3 +355,37 @@ func newHooked(t *testing.T, hook redis.Hook, prefix string) (*redis.Client, *Li
 	loadScript(t, c)
 	return c, lim
 }
+
+// A client that never sets deadlines on its connections (a ReadTimeout and
+// WriteTimeout of -2) does not end a command at its context's deadline,
+// ContextTimeoutEnabled or not: a lone caller on it, and a Reset, go
+// through a flusher, whose watchdog ends the wait at the timeout. Sent
+// from the caller's goroutine, a decision waited as long as Redis hung.
+func TestLoneCallerOnClientWithoutDeadlines(t *testing.T) {
+	for _, ctxTimeout := range []bool{true, false} {
+		stuck := redis.NewClient(&redis.Options{Addr: redistest.StuckServer(t), ContextTimeoutEnabled: ctxTimeout,
+			ReadTimeout: -2, WriteTimeout: -2})
+		defer stuck.Close()
+		lim := newOn(t, stuck, GCRA, PerSecond(1), WithTimeout(50*time.Millisecond), WithFailureMode(FailClosed), WithHealthCheck(0, 0))
+		defer lim.Close()
+		var r Result
+		var err, resetErr error
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			r, err = lim.Allow(context.Background(), "k")
+			resetErr = lim.Reset(context.Background(), "k")
+		}()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("ContextTimeoutEnabled %v: a decision and a Reset bounded by 50ms still wait, 30s on, for a Redis that never answers", ctxTimeout)
+		}
+		if !errors.Is(err, context.DeadlineExceeded) || r.Allowed {
+			t.Errorf("ContextTimeoutEnabled %v: %+v %v; want a denial with DeadlineExceeded", ctxTimeout, r, err)
+		}
+		if !errors.Is(resetErr, context.DeadlineExceeded) {
+			t.Errorf("ContextTimeoutEnabled %v: Reset: %v; want DeadlineExceeded", ctxTimeout, resetErr)
+		}
+	}
+}
