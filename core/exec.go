@@ -302,7 +302,17 @@ func (g *scriptGroup) sendsAgain() bool {
 		return true
 	}
 	err := g.cmd.Err()
-	return isNoScript(err) || g.cross && noScriptFlags(err) || resendable(err, g.alone)
+	return isNoScript(err) || g.cross && noScriptFlags(err) || resendable(err, g.alone) || splitsAlone(g, err)
+}
+
+// splitsAlone reports whether g's calls go again one by one after err, a
+// refusal of the call as a whole that is about some of its requests only
+// and ran nothing: TRYAGAIN (see isTryAgain), and NOPERM of a call that
+// declares its keys (an ACL user may touch some of them only: Redis checks
+// a call's declared keys before it runs it; the node form declares none,
+// and a key it may not touch fails its own request inside).
+func splitsAlone(g *scriptGroup, err error) bool {
+	return len(g.calls) > 1 && (isTryAgain(err) || !g.cross && isNoPerm(err))
 }
 
 // scriptGroup is the decisions of a batch that go in one script call.
@@ -420,12 +430,12 @@ func (b *batcher) resend(ctx context.Context, x *execScratch) {
 			// go-redis learns the new map. A Redis without script flags
 			// refuses it too, having run nothing: its calls go alone, with
 			// the plain script's source, which may be new to it. A call of
-			// several requests refused while their slot is half moved
-			// (TRYAGAIN) goes alone too: see isTryAgain.
+			// several requests refused for some of them (see splitsAlone)
+			// goes alone too.
 			err := g.cmd.Err()
 			readOnly := g.cross && redis.IsReadOnlyError(err)
 			flags := g.cross && noScriptFlags(err)
-			if !readOnly && !flags && !(len(g.calls) > 1 && isTryAgain(err)) {
+			if !readOnly && !flags && !splitsAlone(g, err) {
 				continue
 			}
 			if flags {

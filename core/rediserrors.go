@@ -282,6 +282,12 @@ func isTryAgain(err error) bool {
 	return err != nil && strings.HasPrefix(replyText(err), "TRYAGAIN")
 }
 
+// isNoPerm reports whether err is Redis's refusal of a command that the
+// ACL user of the connection may not run, or whose keys it may not touch.
+func isNoPerm(err error) bool {
+	return err != nil && strings.HasPrefix(replyText(err), "NOPERM")
+}
+
 // slotRefusal reports whether err is a cluster master's refusal of a call
 // for its slot, which says nothing of the master's health: a redirect
 // (MOVED, ASK) or TRYAGAIN.

@@ -393,3 +393,61 @@ func TestReadOnlyInsideTheScriptIsResent(t *testing.T) {
 		})
 	}
 }
+
+// A Redis ACL user whose key patterns cover some user keys only is refused
+// a script call that declares a key it may not touch, as a whole
+// (NOPERM), before anything runs: the decisions batched with such a key
+// each go again alone, and only the refused key's fail. Each is counted
+// once.
+func TestNoPermOfOneKeyFailsOnlyItsDecision(t *testing.T) {
+	srv := redistest.StartT(t)
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer admin.Close()
+	ctx := context.Background()
+	if err := admin.Do(ctx, "ACL", "SETUSER", "lim", "on", ">pw", "~sluice:{ok*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "lim", Password: "pw"})
+	defer client.Close()
+	lim := newOn(t, client, GCRA, PerDay(1000), WithHealthCheck(0, 0))
+	defer lim.Close()
+	if _, err := lim.Allow(ctx, "bad-alone"); err == nil || !strings.HasPrefix(err.Error(), "NOPERM") {
+		t.Fatalf("a key outside the user's patterns, alone: %v; want NOPERM", err)
+	}
+	const callers, each = 32, 50
+	var okErrs, badErrs atomic.Int64
+	var first atomic.Pointer[error]
+	var wg sync.WaitGroup
+	for g := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := fmt.Sprint("ok-", g)
+			if g%2 == 1 {
+				key = fmt.Sprint("bad-", g)
+			}
+			for range each {
+				_, err := lim.Allow(ctx, key)
+				switch {
+				case err != nil && g%2 == 0:
+					okErrs.Add(1)
+					first.CompareAndSwap(nil, &err)
+				case err == nil && g%2 == 1:
+					badErrs.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := okErrs.Load(); n != 0 {
+		t.Errorf("%d of %d decisions of permitted keys failed (first: %v); want none", n, callers/2*each, *first.Load())
+	}
+	if n := badErrs.Load(); n != 0 {
+		t.Errorf("%d decisions of refused keys succeeded", n)
+	}
+	for g := 0; g < callers; g += 2 {
+		if r, err := lim.Peek(ctx, fmt.Sprint("ok-", g)); err != nil || r.Remaining != 1000-each {
+			t.Fatalf("ok-%d after %d admissions: %+v %v; want Remaining %d (each counted once)", g, each, r, err, 1000-each)
+		}
+	}
+}
