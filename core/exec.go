@@ -307,12 +307,12 @@ func (g *scriptGroup) sendsAgain() bool {
 
 // splitsAlone reports whether g's calls go again one by one after err, a
 // refusal of the call as a whole that is about some of its requests only
-// and ran nothing: TRYAGAIN (see isTryAgain), and NOPERM of a call that
-// declares its keys (an ACL user may touch some of them only: Redis checks
-// a call's declared keys before it runs it; the node form declares none,
-// and a key it may not touch fails its own request inside).
+// and ran nothing: TRYAGAIN (see isTryAgain), and the refusal of a key of
+// a call that declares its keys (see isKeyNoPerm: an ACL user may touch
+// some of them only; the node form declares none, and a key the user may
+// not touch fails its own request inside).
 func splitsAlone(g *scriptGroup, err error) bool {
-	return len(g.calls) > 1 && (isTryAgain(err) || !g.cross && isNoPerm(err))
+	return len(g.calls) > 1 && (isTryAgain(err) || !g.cross && isKeyNoPerm(err))
 }
 
 // scriptGroup is the decisions of a batch that go in one script call.

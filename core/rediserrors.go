@@ -282,10 +282,18 @@ func isTryAgain(err error) bool {
 	return err != nil && strings.HasPrefix(replyText(err), "TRYAGAIN")
 }
 
-// isNoPerm reports whether err is Redis's refusal of a command that the
-// ACL user of the connection may not run, or whose keys it may not touch.
-func isNoPerm(err error) bool {
-	return err != nil && strings.HasPrefix(replyText(err), "NOPERM")
+// isKeyNoPerm reports whether err is Redis's refusal of a call as a whole,
+// before it ran, because the connection's ACL user may not touch one of
+// the keys it declares: NOPERM about a key ("… access one of the keys used
+// as arguments", "… access the '<key>' key"). A refusal inside a script,
+// after it may have written (a command the user may not run), names the
+// script ("script: <sha>") and is not one.
+func isKeyNoPerm(err error) bool {
+	if err == nil {
+		return false
+	}
+	msg := replyText(err)
+	return strings.HasPrefix(msg, "NOPERM") && strings.Contains(msg, " key") && !strings.Contains(msg, "script")
 }
 
 // slotRefusal reports whether err is a cluster master's refusal of a call

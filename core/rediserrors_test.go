@@ -210,3 +210,25 @@ func TestWrongPasswordFailsEveryCall(t *testing.T) {
 		}
 	}
 }
+
+// Only a refusal of a call's declared key, before it ran, sends the call's
+// decisions again one by one: not one of a command the user may not run,
+// nor any refusal from inside a script, which may have written already.
+func TestKeyNoPermSplitsOnlyBeforeTheScriptRuns(t *testing.T) {
+	for _, c := range []struct {
+		msg  string
+		want bool
+	}{
+		{"NOPERM this user has no permissions to access one of the keys used as arguments", true},                  // Redis 6.2, 7.0
+		{"NOPERM User lim has no permissions to access the 'sluice:{bad}:3f:0' key", true},                         // later wording
+		{"NOPERM this user has no permissions to run the 'evalsha' command", false},                                // the command itself
+		{"NOPERM User lim has no permissions to run the 'set' command script: 3eae9d6, on @user_script:1.", false}, // inside, after writes
+		{"ERR The user executing the script can't run this command or subcommand script: 3eae9d6, on @user_script:1.", false},
+		{"NOPERM User lim has no permissions to access the 'sluice:{script}:3f:0' key", false}, // a key naming a script: not split (safe side)
+		{"WRONGTYPE Operation against a key holding the wrong kind of value", false},
+	} {
+		if got := isKeyNoPerm(scriptError(c.msg)); got != c.want {
+			t.Errorf("isKeyNoPerm(%q) = %v; want %v", c.msg, got, c.want)
+		}
+	}
+}
