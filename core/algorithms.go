@@ -19,7 +19,8 @@ package core
 //     keeps the codes of the others: they are positions);
 //   - core/lua/<name>.lua: its Lua function, `local function <name>(key,
 //     now, a, b, c, n, tick, d, e)` returning what policy.lua expects (see
-//     fixed_window.lua's header), named like the constant's value;
+//     prelude.lua, which defines the return shape), named like the
+//     constant's value;
 //   - core/local_<name>.go: its twin, a decide function of the same
 //     arithmetic (if its state fits none of localState's fields, a field
 //     added there, in core/local.go);
@@ -27,10 +28,12 @@ package core
 //     fingerprint in core/fingerprint_test.go; and its docs
 //     (docs/how-it-decides.md, the constant list in doc.go's overview).
 //
-// policy.lua needs no change, unless the algorithm wants one of the
-// batch fast paths it gives FixedWindow and SlidingWindowCounter by name
-// (fw_take, swc_take), or a lone loop of its own (see algorithmSpec.lone,
-// lua/meter_lone.lua, lua/fixed_window_lone.lua,
+// policy.lua needs no change, unless the algorithm wants what policy.lua
+// gives FixedWindow and SlidingWindowCounter by name: a take function like
+// fw_take and swc_take, which takes a consuming request's events with one
+// INCRBY. A lone loop of its own needs no edit of policy.lua either: it is
+// a file, lua/<name>_lone.lua, named in the entry's lone field (see
+// algorithmSpec.lone and lua/meter_lone.lua, lua/fixed_window_lone.lua,
 // lua/sliding_window_counter_lone.lua).
 
 // algorithmKind says how an algorithm counts, which decides how a limit
@@ -42,8 +45,9 @@ const (
 	// equal Rate, and they compare counts, never units.
 	windowed algorithmKind = iota + 1
 	// metered algorithms keep the meter of lua/meter.lua (a TAT in units
-	// of 1/Rate of a tick): Burst is free, and Burst and the refill time
-	// in units must stay exact.
+	// of 1/rateUnits of a tick, rateUnits = Rate / gcd(Rate, the period in
+	// ticks): see compiledRule): Burst is free, and Burst and the refill
+	// time in units must stay exact.
 	metered
 )
 

@@ -37,13 +37,15 @@
 // # Arithmetic
 //
 // Scripts compute in integers: time in microseconds, and for the meters
-// (LeakyBucket, TokenBucket, GCRA) debt kept in units of 1/Rate of a
-// microsecond, so an emission interval like one third of a second is
+// (LeakyBucket, TokenBucket, GCRA) debt kept in units of 1/r of a
+// microsecond, r = Rate / gcd(Rate, P) with P the Period in microseconds
+// (of a millisecond, P in milliseconds, where the clock is read in
+// milliseconds), so an emission interval like one third of a second is
 // exact and PerSecond(10) leaves Remaining 9 after one event. Only where a
 // limit's arithmetic would pass 2^50 is the clock read in whole
 // milliseconds: for a meter when Burst × P / gcd(Rate, P) > 2^50, and for
-// SlidingWindowCounter when 2 × Rate × P > 2^50, P the Period in
-// microseconds (PerDay(13033) and PerDay(6516) respectively); FixedWindow
+// SlidingWindowCounter when 2 × Rate × P > 2^50 (PerDay(13033) and
+// PerDay(6516) respectively); FixedWindow
 // and SlidingWindowLog, whose arithmetic has no such product, always
 // count microseconds (see Limit). Limits that pass 2^50 in milliseconds
 // too are rejected as ErrInvalidLimit; so are rates above 2^50, and
@@ -53,14 +55,15 @@
 //
 // # Keys
 //
-// A rule's state lives at "<prefix>:{<user key>}:<fingerprint>:<rule index>".
+// A rule's state lives at "<prefix>:{<stored key>}:<fingerprint>:<rule index>".
 // The braces form a Redis Cluster hash tag, so all rules of one user key sit
-// in one slot and one script can touch them. User keys longer than 64 bytes,
-// empty, starting with '#' or holding '}' are stored as '#' plus a SHA-256
-// prefix, so any bytes of any length are safe. The fingerprint is 128 bits
-// of SHA-256 in 22 base64url characters, outside the hash tag, over every
-// rule's name, algorithm, rate, period and burst (and, for TokenBucket,
-// LeakyBucket and SlidingWindowLog, the form of their state since it last
+// in one slot and one script can touch them. The stored key is the user key,
+// except that user keys longer than 64 bytes, empty, starting with '#' or
+// holding '}' are stored as '#' plus a SHA-256 prefix, so any bytes of any
+// length are safe. The fingerprint is 128 bits of SHA-256 in 22 base64url
+// characters, outside the hash tag, over every rule's name, algorithm,
+// rate, period and burst (and, for TokenBucket, LeakyBucket and
+// SlidingWindowLog, the form of their state since it last
 // changed, so that keys of earlier builds are never misread): limiters
 // with different rules never share state, even among millions of them,
 // and limiters with the same rules and prefix (the many instances of one

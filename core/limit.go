@@ -51,7 +51,8 @@ const (
 // milliseconds. With P the Period in microseconds, that is
 //
 //   - for LeakyBucket, TokenBucket and GCRA, which keep debt in units of
-//     1/Rate of a tick, when Burst × P / gcd(Rate, P) > 2^50: PerDay(13033)
+//     1/r of a tick, r = Rate / gcd(Rate, the Period in ticks), when
+//     Burst × P / gcd(Rate, P) > 2^50: PerDay(13033)
 //     or PerHour(400009), not PerDay(1000000) (gcd 10^6);
 //   - for SlidingWindowCounter, which compares counts × P, when
 //     2 × Rate × P > 2^50: PerDay(6516) or PerHour(156375) and above;

@@ -451,7 +451,7 @@ func TestLocalForgetsIdleKeys(t *testing.T) {
 }
 
 // A nil client, also a nil *redis.Client in the interface, is an invalid
-// configuration, not a panic; a nil Option is ignored.
+// configuration, not a panic; a nil Option is ignored, by NewLocal too.
 func TestNilClientAndOption(t *testing.T) {
 	var nilClient *redis.Client
 	if _, err := New(nilClient, GCRA, PerSecond(1)); !errors.Is(err, ErrInvalidConfig) {
@@ -460,6 +460,10 @@ func TestNilClientAndOption(t *testing.T) {
 	_, client := newClock(t)
 	if _, err := New(client, GCRA, PerSecond(1), nil); err != nil {
 		t.Errorf("nil Option: %v", err)
+	}
+	rules := []Rule{{Name: "r", Algorithm: GCRA, Limit: PerSecond(1)}}
+	if _, err := NewLocal(rules, nil); err != nil {
+		t.Errorf("NewLocal with a nil Option: %v", err)
 	}
 }
 

@@ -67,11 +67,14 @@ type decision struct {
 
 // NewLocal returns the in-memory twin of a Limiter built with these rules.
 // It validates them exactly like NewPolicy. Of the options, only those that
-// change decisions (WithMaxDelay) matter; the others are ignored.
+// change decisions (WithMaxDelay) matter; the others are ignored, and a nil
+// Option is skipped, as by NewPolicy.
 func NewLocal(rules []Rule, opts ...Option) (*Local, error) {
 	o := defaultOptions()
 	for _, opt := range opts {
-		opt(&o)
+		if opt != nil {
+			opt(&o)
+		}
 	}
 	compiled, err := compilePolicy(rules, o)
 	if err != nil {
@@ -125,7 +128,9 @@ func (l *Local) tidy() {
 	}
 }
 
-// decide returns the reply policy.lua would return.
+// decide returns the answer policy.lua would give, in the unpacked form
+// parseReply makes of it and buildResult reads: allowed, then five integers
+// per rule (see parseReply).
 func (l *Local) decide(now time.Time, key string, consume bool, n int) []int64 {
 	nowMicros := now.UnixMicro()
 	l.mu.Lock()
@@ -285,11 +290,4 @@ func checkCost(rules []compiledRule, method string, n int) error {
 // algorithmSpec.decide); see lua/*.lua for the meaning of every step.
 func (r *compiledRule) decide(s *localState, now, n int64) decision {
 	return r.spec.decide(r, s, now, n)
-}
-
-// size returns the number of keys held.
-func (l *Local) size() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.keys)
 }

@@ -52,8 +52,10 @@ type RuleResult struct {
 	Delay      time.Duration
 }
 
-// buildResult turns a script reply (see lua/policy.lua) into a Result. The
-// Go twin produces the same reply, so both share it.
+// buildResult turns a request's answer into a Result, in the unpacked form
+// parseReply makes of the script's reply (allowed, then five integers per
+// rule: allowed, remaining, retry, reset, delay). Local.decide returns the
+// same form, so the script and the Go twin share it.
 func buildResult(rules []compiledRule, v []int64) Result {
 	res := Result{Allowed: v[0] == 1, Rules: make([]RuleResult, len(rules))}
 	decider := -1

@@ -111,13 +111,13 @@ var ownScripts [len(algorithmTable)]struct {
 // and otherwise the script of every algorithm.
 //
 // Every script call runs the script anew, making every function it
-// defines up to where it returns: a lone decision that no lone loop
-// decides (a SlidingWindowLog's, a window's in the string form) makes the
-// other algorithms' functions too in the script of every algorithm (a lone
-// FixedWindow decision, before it had its lone loop, cost Redis about 66k
-// instructions there and 57k in its own script). A decision that a lone
-// loop decides costs the same in either. The codes are the same in every
-// script (an algorithm left out is nil in the dispatch).
+// defines up to where it returns: in the script of every algorithm, a
+// decision would make the other algorithms' functions too, work that its
+// own algorithm's script spares. So only a policy of several algorithms,
+// hence of several rules, runs the script of every algorithm. That script
+// carries the lone loops too, but they decide only calls of one rule:
+// only tests run it with one rule. The codes are the same in every script
+// (an algorithm left out is nil in the dispatch).
 func scriptFor(rules []compiledRule) *luaScript {
 	spec := rules[0].spec
 	for i := range rules {
@@ -169,9 +169,10 @@ func luaDefinitions(src []byte) []string {
 // scriptSource assembles the script of the algorithms of specs (see
 // scriptFiles), in its plain or node form. The names defined by the files
 // it leaves out are declared after helpers.lua, as nil locals: the
-// dispatch and policy.lua name them (an algorithm's fast path is tried
-// only for a rule of that algorithm), and Redis refuses a script that
-// reads a global it does not know.
+// dispatch and policy.lua name them (policy.lua compares a rule's function
+// with fixed_window and sliding_window_counter to choose fw_take or
+// swc_take), and Redis refuses a script that reads a global it does not
+// know.
 func scriptSource(node bool, specs []algorithmSpec) string {
 	files := scriptFileOrder(specs)
 	var absent []string

@@ -27,8 +27,8 @@
 -- the integer INCRBY just returned, DECRBY takes it back to the value it
 -- had, and Redis refuses a write for want of memory only at a script's
 -- first, the INCRBY; nothing else runs in between.) When it has decided
--- them all, the call ends here. TestLoneFastPathDecidesAsTheLoop holds it to the general
--- path's answers, writes and TTLs.
+-- them all, the call ends here. TestLoneLoopsDecideAsTheGeneralPath
+-- holds it to the general path's answers, writes and TTLs.
 --
 -- The window, its tag and its end are the call's (one instant for all
 -- its requests); the TTL, rounded up to whole milliseconds as ttl_ms

@@ -1,13 +1,13 @@
--- meter_lone.lua: the lone loop of the meters (meter.lua), right after
--- head.lua, before the script makes the functions of meter.lua and
--- policy.lua. It decides the requests of a call of one meter rule that
--- does not bound its delay (GCRA, TokenBucket, LeakyBucket without
--- core.WithMaxDelay) and whose emission interval is a whole number of
--- ticks (as for 10 per second), so that the TAT is always one whole
--- number: meter's common case, written out here in the main chunk, with
--- no function made or called for it. lone, written by the client just
--- before this file, is true when the call's one rule is a meter (see
--- core/script.go).
+-- meter_lone.lua: the lone loop of the meters (meter.lua), after head.lua
+-- (and any lone loop before it in the script), before the script makes
+-- the functions of meter.lua and policy.lua. It decides the requests of a
+-- call of one meter rule that does not bound its delay (GCRA, TokenBucket,
+-- LeakyBucket without core.WithMaxDelay) and whose emission interval is a
+-- whole number of ticks (as for 10 per second), so that the TAT is always
+-- one whole number: meter's common case, written out here in the main
+-- chunk, with no function made or called for it. lone, written by the
+-- client just before this file, is true when the call's one rule is a
+-- meter (see core/script.go).
 --
 -- It decides each request as meter does, writes as policy.lua's one-rule
 -- loop does when the request consumes and is admitted, and appends its
@@ -19,7 +19,7 @@
 -- whose command fails (a key of another type, or a write Redis refuses)
 -- stops it too, its error in failed, for policy.lua to answer. When it
 -- has decided them all, the call ends here. TestLoneMeterAnswersAsTheMeter
--- and TestLoneFastPathDecidesAsTheLoop hold it to meter's answers and
+-- and TestLoneLoopsDecideAsTheGeneralPath hold it to meter's answers and
 -- writes. It comes before helpers.lua, so idiv, ceildiv, ttl_ms and
 -- cell_ttl are written out here, as is the parameter d (compared as the
 -- string it is: -2 or -1, no delay bound). The loop spares Redis about a

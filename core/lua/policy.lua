@@ -32,11 +32,17 @@
 --   message in integers instead (see put_error), which begins with a
 --   negative integer. One request's error never fails another, and a
 --   failed request has written nothing: each reads all its keys before it
---   writes any (a cluster checks where a key lives at its first access).
+--   writes any (a cluster checks where a key lives at its first access);
+--   but the INCRBY of fw_take, swc_take or a window's lone loop stays when
+--   the SET after it fails (see failed in head.lua).
 --   (Flat rather than an array per request: no table per request in the
 --   script, none in the client; integers only, so the client reads them
 --   into one []int64 without boxing each; as few as the answer needs, since
 --   Redis spends about a tenth of a microsecond on each.)
+--   This packed form is written in five places, the three lone loops
+--   (meter_lone.lua, fixed_window_lone.lua, sliding_window_counter_lone.lua),
+--   run's one-rule loop and decide below, and read in one, parseReply in
+--   core/codec.go: a change to the form is a change to all of them.
 --
 -- Time comes from Redis (TIME), never from the caller, once per call: the
 -- requests of a batch are decided in order, at the same instant, as if one
@@ -77,7 +83,7 @@ if R > 1 then
     if keep then
       if keep == true then
         call('SET', key, write, 'KEEPTTL')
-      elseif redis.pcall('INCRBY', key, keep) ~= write then
+      elseif pcall_redis('INCRBY', key, keep) ~= write then
         call('SET', key, int(write), 'KEEPTTL') -- (see prelude.lua)
       end
     elseif type(write) == 'string' then
@@ -196,8 +202,8 @@ if R > 1 then
 else
   -- A policy of one rule, the common case: decide's work for one rule and
   -- store's written out in the loop, a Lua call or two less per request
-  -- (each costs Redis several hundred instructions: calling store here
-  -- added 560 to a GCRA decision's 25.7k). A change to store's write is a
+  -- (each costs Redis several hundred instructions, paid for every
+  -- request of the commonest calls). A change to store's write is a
   -- change to this one, and to the lone loops' (the *_lone.lua files),
   -- which decide most requests of a lone meter, FixedWindow or
   -- SlidingWindowCounter rule before this loop runs. It appends two or

@@ -23,7 +23,7 @@
 -- Every algorithm is a function
 --   alg(key, now, a, b, c, n, tick, d, e) -> ok, avail, retry, reset_before, reset_after, delay, write[, after[, keep[, ttl]]]
 -- with now in ticks, a/b/c/d/e the rule's parameters (see each file), n the
--- cost, tick the microseconds per tick (for sliding_window_log's TTL):
+-- cost, tick the microseconds per tick:
 --   ok            true when n events are admissible now
 --   avail         unit events admissible now, before consuming
 --   retry         ticks until n events are admissible (0 when ok)

@@ -1,11 +1,12 @@
 -- sliding_window_counter_lone.lua: the lone loop of SlidingWindowCounter
--- (sliding_window_counter.lua), right after head.lua, before the script
--- makes any function. It decides the requests of a call of one
--- SlidingWindowCounter rule in the integer form (its parameter c, place,
--- is not 0) that consume, as swc_take and policy.lua's one-rule loop do,
--- in the main chunk: no function made or called for them. lone, written
--- by the client just before this file, is true when the call's one rule
--- is a SlidingWindowCounter (see core/script.go).
+-- (sliding_window_counter.lua), after head.lua (and any lone loop before
+-- it in the script), before the script makes any function. It decides
+-- the requests of a call of one SlidingWindowCounter rule in the integer
+-- form (its parameter c, place, is not 0) that consume, as swc_take and
+-- policy.lua's one-rule loop do, in the main chunk: no function made or
+-- called for them. lone, written by the client just before this file, is
+-- true when the call's one rule is a SlidingWindowCounter (see
+-- core/script.go).
 --
 -- Each request adds its n events with INCRBY, and its answer follows from
 -- the value INCRBY returns, as in swc_take (swc_window's cases, then
@@ -32,12 +33,12 @@
 -- swc_take's; the INCRBY before it stays, as in swc_take (neither it nor
 -- an undo can fail in practice: see fixed_window_lone.lua). When it has
 -- decided them all, the call ends here.
--- TestLoneFastPathDecidesAsTheLoop holds it to the general path's
+-- TestLoneLoopsDecideAsTheGeneralPath holds it to the general path's
 -- answers, writes and TTLs. A change to swc_take, swc_window or
 -- swc_decide is a change here. (Its first lines, up to the INCRBY, and
 -- its end are fixed_window_lone.lua's, as swc_take's are fw_take's: each
--- loop is assembled only into its own algorithm's script, and one loop for
--- both would have to tell them apart by their codes, which only
+-- algorithm's own script carries its loop only, and one loop for both
+-- would have to tell them apart by their codes, which only
 -- core/algorithms.go lists.)
 if lone and ARGV[off + 6] ~= '0' then
   local tick = 1

@@ -12,15 +12,15 @@ import (
 	"time"
 )
 
-// fastPathGuards open the lone fast paths: the lone loops (lua/*_lone.lua,
-// each after the line core/script.go writes).
-var fastPathGuards = []string{"local lone = R == 1 and"}
+// loneGuards open the lone loops (lua/*_lone.lua): each is the start of
+// the line core/script.go writes before a loop (see loneLine).
+var loneGuards = []string{"local lone = R == 1 and"}
 
-// shutFastPaths returns src with its fast paths shut, and whether it had
+// shutLoneLoops returns src with its lone loops shut, and whether it had
 // any.
-func shutFastPaths(src string) (string, bool) {
+func shutLoneLoops(src string) (string, bool) {
 	shut := false
-	for _, g := range fastPathGuards {
+	for _, g := range loneGuards {
 		if strings.Contains(src, g) {
 			src = strings.ReplaceAll(src, g, strings.Replace(g, " and", " and false and", 1))
 			shut = true
@@ -36,7 +36,7 @@ func shutFastPaths(src string) (string, bool) {
 // is the same, whatever the costs (Peek included), the clock's steps
 // (back too) and what a key holds (values of other forms, written from
 // outside, of another type).
-func TestLoneFastPathDecidesAsTheLoop(t *testing.T) {
+func TestLoneLoopsDecideAsTheGeneralPath(t *testing.T) {
 	ctx := context.Background()
 	var algs []Algorithm // those with a lone loop
 	for i := range algorithmTable {
@@ -62,17 +62,17 @@ func TestLoneFastPathDecidesAsTheLoop(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			fast := lim.batch.script.src.(string)
-			general, ok := shutFastPaths(fast)
+			lone := lim.batch.script.src.(string)
+			general, ok := shutLoneLoops(lone)
 			if !ok {
-				t.Fatal("the script has no fast path")
+				t.Fatal("the script has no lone loop")
 			}
 			// three keys a side; a call of one request on one of them, or
 			// of a batch of several on any, the same key again included
 			var keys [2][3]string
 			for j := range keys[0] {
 				k := lim.keys(fmt.Sprint("k", j))[0]
-				keys[0][j], keys[1][j] = "fast:"+k, "general:"+k
+				keys[0][j], keys[1][j] = "lone:"+k, "general:"+k
 			}
 			capacity := lim.rules[0].capacity
 			var list [3]bool // the keys holding a list
@@ -123,7 +123,7 @@ func TestLoneFastPathDecidesAsTheLoop(t *testing.T) {
 					on = append(on, rng.Intn(3))
 				}
 				var got [2]string
-				for i, src := range [2]string{fast, general} {
+				for i, src := range [2]string{lone, general} {
 					args := []interface{}{"eval", src, size}
 					for _, j := range on {
 						args = append(args, keys[i][j])
@@ -144,7 +144,7 @@ func TestLoneFastPathDecidesAsTheLoop(t *testing.T) {
 					}
 				}
 				if !reflect.DeepEqual(got[0], got[1]) {
-					t.Fatalf("step %d, costs %v on keys %v, %v: the fast path answered %s; the general path %s", step, costs, on, l, got[0], got[1])
+					t.Fatalf("step %d, costs %v on keys %v, %v: the lone loop answered %s; the general path %s", step, costs, on, l, got[0], got[1])
 				}
 			}
 		})
