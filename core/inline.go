@@ -9,22 +9,25 @@ import (
 
 // enforcesDeadlines reports whether go-redis itself ends a command at its
 // context's deadline: with ContextTimeoutEnabled, on a client that sets
-// deadlines on its connections at all (a ReadTimeout or WriteTimeout of -2,
-// stored as -1, sets none, and go-redis then ignores the context's).
+// deadlines on its connections at all. A ReadTimeout or WriteTimeout of -2
+// sets none, and go-redis then ignores the context's; -1 leaves the
+// context's. A Client stores -2 as -1 and -1 as 0, a ClusterClient keeps
+// -2 and stores -1 as 0, a Ring keeps both as given (its shards store them
+// as a Client does).
 func enforcesDeadlines(client redis.UniversalClient) bool {
-	enforces := func(ctxTimeout bool, read, write time.Duration) bool {
-		return ctxTimeout && read >= 0 && write >= 0
+	enforces := func(ctxTimeout bool, read, write, least time.Duration) bool {
+		return ctxTimeout && read >= least && write >= least
 	}
 	switch c := client.(type) {
 	case *redis.Client:
 		o := c.Options()
-		return enforces(o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout)
+		return enforces(o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout, 0)
 	case *redis.ClusterClient:
 		o := c.Options()
-		return enforces(o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout)
+		return enforces(o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout, 0)
 	case *redis.Ring:
 		o := c.Options()
-		return enforces(o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout)
+		return enforces(o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout, -1)
 	}
 	return false
 }

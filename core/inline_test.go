@@ -389,3 +389,32 @@ func TestLoneCallerOnClientWithoutDeadlines(t *testing.T) {
 		}
 	}
 }
+
+// Which clients end a command at its context's deadline themselves: a
+// timeout of -2 sets no deadline on a connection; -1 (stored as 0 by a
+// Client and a ClusterClient, as given by a Ring, whose shards store it as
+// 0) leaves the context's.
+func TestEnforcesDeadlinesByTimeouts(t *testing.T) {
+	at := "127.0.0.1:1"
+	for _, c := range []struct {
+		name   string
+		client redis.UniversalClient
+		want   bool
+	}{
+		{"Client", redis.NewClient(&redis.Options{Addr: at, ContextTimeoutEnabled: true}), true},
+		{"Client, no ContextTimeoutEnabled", redis.NewClient(&redis.Options{Addr: at}), false},
+		{"Client -1", redis.NewClient(&redis.Options{Addr: at, ContextTimeoutEnabled: true, ReadTimeout: -1, WriteTimeout: -1}), true},
+		{"Client -2", redis.NewClient(&redis.Options{Addr: at, ContextTimeoutEnabled: true, ReadTimeout: -2}), false},
+		{"Client write -2", redis.NewClient(&redis.Options{Addr: at, ContextTimeoutEnabled: true, WriteTimeout: -2}), false},
+		{"Cluster -1", redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{at}, ContextTimeoutEnabled: true, ReadTimeout: -1, WriteTimeout: -1}), true},
+		{"Cluster -2", redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{at}, ContextTimeoutEnabled: true, ReadTimeout: -2}), false},
+		{"Ring -1", redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": at}, ContextTimeoutEnabled: true, ReadTimeout: -1, WriteTimeout: -1}), true},
+		{"Ring -2", redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": at}, ContextTimeoutEnabled: true, ReadTimeout: -2, WriteTimeout: -2}), false},
+		{"Ring write -2", redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": at}, ContextTimeoutEnabled: true, WriteTimeout: -2}), false},
+	} {
+		if got := enforcesDeadlines(c.client); got != c.want {
+			t.Errorf("%s: enforcesDeadlines = %v; want %v", c.name, got, c.want)
+		}
+		c.client.Close()
+	}
+}
