@@ -135,7 +135,9 @@ func (h *health) recover() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		err := h.probe(ctx)
 		cancel()
-		if err == nil {
+		// A refusal of the probe's key alone (NOPERM: an ACL user that
+		// may not touch it) is Redis answering, as it is for a decision.
+		if err == nil || !availability(err) {
 			h.mu.Lock()
 			h.lastBackoff, h.closedAt = backoff, time.Now()
 			h.mu.Unlock()

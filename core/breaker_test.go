@@ -400,3 +400,40 @@ func TestCloseEndsTheProbe(t *testing.T) {
 	}
 	lim.Close() // again: nothing
 }
+
+// A probe refused for its key (NOPERM: the connection's ACL user may touch
+// the decisions' keys but not the probe's) is Redis answering, as a
+// decision's error about one key is: the breaker closes. It stayed open
+// for good, every decision on a permitted key answered by the failure
+// mode, after one pause of Redis.
+func TestProbeRefusedItsKeyClosesTheBreaker(t *testing.T) {
+	srv := redistest.StartT(t)
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer admin.Close()
+	ctx := context.Background()
+	if err := admin.Do(ctx, "ACL", "SETUSER", "lim", "on", ">pw", "~sluice:{ok*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "lim", Password: "pw"})
+	defer client.Close()
+	lim := newOn(t, client, GCRA, PerDay(1000), WithHealthCheck(1, 100*time.Millisecond), WithTimeout(50*time.Millisecond))
+	defer lim.Close()
+	if _, err := lim.Allow(ctx, "ok-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Do(ctx, "CLIENT", "PAUSE", "300", "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	lim.Allow(ctx, "ok-1") // times out: the breaker opens
+	if lim.Health() != Unhealthy {
+		t.Fatal("the breaker did not open while Redis was paused")
+	}
+	for end := time.Now().Add(20 * time.Second); lim.Health() != Healthy; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("20s after a 300ms pause the breaker is still open (the probe: %v)", lim.probe(ctx))
+		}
+	}
+	if r, err := lim.Allow(ctx, "ok-1"); err != nil || !r.Allowed {
+		t.Fatalf("once healthy: %+v %v", r, err)
+	}
+}
