@@ -27,6 +27,7 @@ import (
 // higher than the truth.
 type denyCache struct {
 	shards [denyShards]denyShard
+	used   int // shards in use: fewer than denyShards for a smaller size
 	limit  int // entries per shard
 	// resets counts Resets: a denial decided before a Reset may arrive
 	// after it, and must not be cached then (see put).
@@ -48,7 +49,8 @@ type denyEntry struct {
 }
 
 func newDenyCache(size int) *denyCache {
-	c := &denyCache{limit: max(size/denyShards, 1)}
+	used := min(max(size, 1), denyShards)
+	c := &denyCache{used: used, limit: max(size/used, 1)}
 	for i := range c.shards {
 		c.shards[i].entries = make(map[string]denyEntry)
 	}
@@ -56,7 +58,7 @@ func newDenyCache(size int) *denyCache {
 }
 
 func (c *denyCache) shard(key string) *denyShard {
-	return &c.shards[keyHash(key)%denyShards]
+	return &c.shards[keyHash(key)%uint64(c.used)]
 }
 
 // get returns the cached denial that answers n events for key (one of n

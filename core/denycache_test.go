@@ -77,19 +77,23 @@ func TestDenyCacheKeepsTheSmallestCost(t *testing.T) {
 }
 
 func TestDenyCacheIsBounded(t *testing.T) {
-	c := newDenyCache(denyShards) // one entry per shard
 	t0 := time.Unix(1000, 0)
 	denied := Result{RetryAfter: s}
-	for i := 0; i < 1000; i++ {
-		c.put(fmt.Sprint(i), 1, denied, t0, 0)
+	// fewer than the shards, one per shard, and more
+	for _, size := range []int{1, 4, denyShards - 1, denyShards, 3*denyShards + 5} {
+		c := newDenyCache(size)
+		for i := 0; i < 1000; i++ {
+			c.put(fmt.Sprint(i), 1, denied, t0, 0)
+		}
+		total := 0
+		for i := range c.shards {
+			total += len(c.shards[i].entries)
+		}
+		if total > size {
+			t.Errorf("%d entries in a cache of %d", total, size)
+		}
 	}
-	total := 0
-	for i := range c.shards {
-		total += len(c.shards[i].entries)
-	}
-	if total > denyShards {
-		t.Errorf("%d entries in a cache of %d", total, denyShards)
-	}
+	c := newDenyCache(denyShards)
 	// Expired entries make room.
 	c.put("late", 1, denied, t0.Add(2*s), 0)
 	if _, ok := c.get("late", 1, t0.Add(2*s)); !ok {
