@@ -242,18 +242,7 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int) (Result, error)
 	if l.denied != nil && err == nil && !res.Allowed && !l.opts.shadow {
 		l.denied.put(key, n, res, start, resets)
 	}
-	shadow := false
-	if l.opts.shadow {
-		// Never deny, nor make wait: not even when Redis cannot be asked
-		// and the failure mode would deny (the error is still returned).
-		res.Delay = 0
-		if !res.Allowed {
-			// (a denial of the rules, Redis's or the twin's; not of a
-			// failure mode, which decides nothing: Rules nil)
-			res.Allowed, res.ShadowDenied, res.RetryAfter = true, res.Rules != nil, 0
-			shadow = res.ShadowDenied
-		}
-	}
+	res, shadow := l.shadowed(res)
 	if l.opts.observer != nil {
 		ev := Event{Allowed: res.Allowed, Shadow: shadow, Rule: res.Rule, Err: err}
 		switch {
@@ -280,13 +269,33 @@ func (l *Limiter) observe(ev Event, key string, n int, start time.Time) {
 	l.opts.observer(ev)
 }
 
+// shadowed is res as shadow mode answers it (WithShadow): never a denial
+// nor a wait, not even when Redis cannot be asked and the failure mode
+// would deny (the error is still returned). shadow reports a denial of
+// the rules turned into an admission.
+func (l *Limiter) shadowed(res Result) (_ Result, shadow bool) {
+	if !l.opts.shadow {
+		return res, false
+	}
+	res.Delay = 0
+	if !res.Allowed {
+		// (a denial of the rules, Redis's or the twin's; not of a failure
+		// mode, which decides nothing: Rules nil)
+		res.Allowed, res.ShadowDenied, res.RetryAfter = true, res.Rules != nil, 0
+	}
+	return res, res.ShadowDenied
+}
+
 // Peek reports what Allow would decide for key right now, without changing
 // anything in Redis. Remaining counts the events admissible now (the peeked
 // one is not taken off); RetryAfter, when not allowed, is the time until one
 // event would be. When Redis cannot be asked, Peek returns the error (and,
-// with FailLocal, the twin's view).
+// with FailLocal, the twin's view). In shadow mode it answers as Allow
+// does: admitted, with ShadowDenied set when the rules would deny.
 func (l *Limiter) Peek(ctx context.Context, key string) (Result, error) {
-	return l.decide(ctx, key, false, 1)
+	res, err := l.decide(ctx, key, false, 1)
+	res, _ = l.shadowed(res)
+	return res, err
 }
 
 // Reset forgets key under every rule, as if it had never been seen. When it

@@ -97,3 +97,30 @@ func TestShadowTwinDenialIsObserved(t *testing.T) {
 		}
 	}
 }
+
+// Peek reports what Allow would decide: in shadow mode, an admission
+// (ShadowDenied when the rules would deny) with no Delay. It reported the
+// enforced denial, and a LeakyBucket's wait.
+func TestShadowPeekAnswersAsAllow(t *testing.T) {
+	ctx := context.Background()
+	c := redistest.Client(t)
+	lim := newOn(t, c, FixedWindow, PerHour(1), WithShadow(), WithPrefix(fmt.Sprintf("shadow-peek-%d", time.Now().UnixNano())))
+	if p, err := lim.Peek(ctx, "k"); err != nil || !p.Allowed || p.ShadowDenied {
+		t.Errorf("Peek of a fresh key: %+v %v", p, err)
+	}
+	lim.Allow(ctx, "k")
+	p, err := lim.Peek(ctx, "k")
+	a, _ := lim.Allow(ctx, "k")
+	if err != nil || !p.Allowed || !p.ShadowDenied || p.RetryAfter != 0 || p.Remaining != 0 {
+		t.Errorf("Peek of a spent key in shadow mode: %+v %v; want admitted, ShadowDenied, Remaining 0", p, err)
+	}
+	if p.Allowed != a.Allowed || p.ShadowDenied != a.ShadowDenied {
+		t.Errorf("Peek said %+v, the Allow after it %+v", p, a)
+	}
+	leaky := newOn(t, c, LeakyBucket, Limit{Rate: 1, Period: time.Minute, Burst: 5}, WithShadow(),
+		WithPrefix(fmt.Sprintf("shadow-peek-leaky-%d", time.Now().UnixNano())))
+	leaky.Allow(ctx, "k")
+	if p, err := leaky.Peek(ctx, "k"); err != nil || !p.Allowed || p.Delay != 0 {
+		t.Errorf("Peek of a LeakyBucket in shadow mode: %+v %v; want admitted with no Delay", p, err)
+	}
+}
