@@ -439,8 +439,11 @@ func (f *Flow) fail(w http.ResponseWriter, r *http.Request, err error, closed bo
 }
 
 // overDelay turns an admission whose delay exceeds maxDelay into a denial.
-// The slot the request took in the bucket stays taken (the decision is
-// already made in Redis), so RetryAfter includes one more drain interval.
+// The places the request took in the bucket stay taken (the decision is
+// already made in Redis): the same request fits within maxDelay once they
+// have drained too, when the bucket's queue (ResetAfter, theirs included)
+// is maxDelay long. Until then every request is held as long: Remaining
+// is 0.
 func overDelay(res core.Result, maxDelay time.Duration) core.Result {
 	res.Allowed = false
 	res.RetryAfter = 0
@@ -450,11 +453,12 @@ func overDelay(res core.Result, maxDelay time.Duration) core.Result {
 		if rr.Delay <= maxDelay {
 			continue
 		}
-		rr.Allowed = false
-		rr.RetryAfter = rr.Delay - maxDelay + rr.Limit.Period/time.Duration(max(rr.Limit.Rate, 1))
+		rr.Allowed, rr.Remaining = false, 0
+		rr.RetryAfter = max(rr.ResetAfter, rr.Delay) - maxDelay
 		if rr.RetryAfter > res.RetryAfter {
 			res.RetryAfter, res.Rule, res.Limit = rr.RetryAfter, rr.Name, rr.Limit
 		}
+		res.Remaining = 0
 	}
 	if res.RetryAfter == 0 { // no rule result carried the delay
 		res.RetryAfter = res.Delay - maxDelay

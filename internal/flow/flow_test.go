@@ -95,11 +95,12 @@ func TestLegacyHeaders(t *testing.T) {
 func TestOverDelay(t *testing.T) {
 	leaky := rule("leaky", 60, time.Minute) // drains one per second
 	leaky.Delay = 3 * time.Second
+	leaky.ResetAfter = 4 * time.Second // the request's own place drains after its delay
 	other := rule("other", 100, time.Hour)
 	res := core.Result{Allowed: true, Rule: "other", Delay: 3 * time.Second, Rules: []core.RuleResult{other, leaky}}
 	got := overDelay(res, time.Second)
 	if got.Allowed || got.Delay != 0 || got.Rule != "leaky" || got.RetryAfter != 3*time.Second {
-		t.Errorf("overDelay = %+v, want denied by leaky, RetryAfter 3s (2s over the bound + 1s drain)", got)
+		t.Errorf("overDelay = %+v, want denied by leaky, RetryAfter 3s (the 4s queue, its place included, less the 1s bound)", got)
 	}
 	if !got.Rules[0].Allowed || got.Rules[1].Allowed {
 		t.Errorf("rules %+v: only leaky should deny", got.Rules)

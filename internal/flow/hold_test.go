@@ -1,0 +1,80 @@
+package flow
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/core"
+)
+
+// heldFlow is a middleware flow over a LeakyBucket limiter built without
+// core.WithMaxDelay (as New takes it), at 1/s with room for 10, with
+// WithMaxHold(1.5s), on a miniredis whose clock the test moves; requests
+// cost cost. Requests held longer than the hold are denied after the
+// decision, their places kept (see overDelay). denied holds the last
+// denial's Result.
+func heldFlow(t *testing.T, cost int) (f *Flow, m *miniredis.Miniredis, denied *core.Result) {
+	m = miniredis.RunT(t)
+	m.SetTime(time.Unix(1_800_000_000, 0))
+	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { c.Close() })
+	lim, err := core.New(c, core.LeakyBucket, core.Limit{Rate: 1, Period: time.Second, Burst: 10}, core.WithTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	denied = new(core.Result)
+	f = New(lim, []Option{
+		WithMaxHold(1500 * time.Millisecond),
+		WithCost(func(*http.Request) int { return cost }),
+		WithDenyHandler(func(w http.ResponseWriter, _ *http.Request, res core.Result) {
+			*denied = res
+			w.WriteHeader(http.StatusTooManyRequests)
+		}),
+	})
+	f.cfg.Sleep = func(context.Context, time.Duration) error { return nil }
+	return f, m, denied
+}
+
+// A request held past the hold is denied with the RetryAfter after which
+// the same request is admitted: its own places, taken in the bucket, drain
+// first. With a cost above 1 it said one drain interval, too soon: the
+// retry was denied again, and took more places.
+func TestOverHoldRetryAfterCountsTheCost(t *testing.T) {
+	for _, cost := range []int{1, 3} {
+		f, m, denied := heldFlow(t, cost)
+		admit := func() (bool, string) {
+			rec := httptest.NewRecorder()
+			ok := f.Admit(rec, httptest.NewRequest(http.MethodGet, "/", nil), nil)
+			return ok, rec.Header().Get("RateLimit")
+		}
+		if ok, _ := admit(); !ok {
+			t.Fatalf("cost %d: the first request was denied", cost)
+		}
+		var ratelimit string
+		for i := 0; ; i++ {
+			ok, h := admit()
+			if !ok {
+				ratelimit = h
+				break
+			}
+			if i > 10 {
+				t.Fatalf("cost %d: never held past 1.5s", cost)
+			}
+		}
+		if !strings.Contains(ratelimit, "r=0") {
+			t.Errorf("cost %d: a request held past the hold was answered RateLimit %q; want r=0 (every next one is held as long)", cost, ratelimit)
+		}
+		retry := denied.RetryAfter
+		m.SetTime(time.Unix(1_800_000_000, 0).Add(retry))
+		if ok, _ := admit(); !ok {
+			t.Errorf("cost %d: denied with RetryAfter %s, retried after exactly that: denied again (RetryAfter %s)", cost, retry, denied.RetryAfter)
+		}
+	}
+}
