@@ -353,6 +353,8 @@ func (f *Flow) Admit(w http.ResponseWriter, r *http.Request, rc any) bool {
 	}
 	if res.Allowed && res.Delay > c.MaxHold {
 		res = overDelay(res, c.MaxHold)
+	} else if !res.Allowed {
+		res = heldRetry(res, l, c.MaxHold)
 	}
 	if res.ShadowDenied {
 		// A limiter built with core.WithShadow: served, and, as in this
@@ -438,6 +440,38 @@ func (f *Flow) fail(w http.ResponseWriter, r *http.Request, err error, closed bo
 	return true
 }
 
+// heldRetry makes a denial's RetryAfter that of a retry the middleware
+// will not hold past maxHold. A LeakyBucket rule that denies (its queue
+// full) says when a place frees, but a request taking it waits for the
+// queue ahead of it, ResetAfter as the denial finds it: held longer than
+// maxHold it would be denied after its place was taken (see overDelay).
+// The algorithm constructors' limiters, built with core.WithMaxDelay, say
+// so already; a limiter given to New may not.
+func heldRetry(res core.Result, l *core.Limiter, maxHold time.Duration) core.Result {
+	maxHold = maxHold.Truncate(time.Microsecond) // Redis's tick
+	var rules []core.Rule
+	for i := range res.Rules {
+		rr := res.Rules[i]
+		wait := rr.ResetAfter - maxHold
+		if rr.Allowed || wait <= rr.RetryAfter {
+			continue
+		}
+		if rules == nil {
+			rules = l.Rules()
+			// the Result's rules may be a deny cache's: changed on a copy
+			res.Rules = append([]core.RuleResult(nil), res.Rules...)
+		}
+		if i >= len(rules) || rules[i].Algorithm != core.LeakyBucket {
+			continue
+		}
+		res.Rules[i].RetryAfter = wait
+		if wait > res.RetryAfter {
+			res.RetryAfter, res.Rule, res.Limit = wait, rr.Name, rr.Limit
+		}
+	}
+	return res
+}
+
 // overDelay turns an admission whose delay exceeds maxDelay into a denial.
 // The places the request took in the bucket stay taken (the decision is
 // already made in Redis): the same request fits within maxDelay once they
@@ -445,6 +479,7 @@ func (f *Flow) fail(w http.ResponseWriter, r *http.Request, err error, closed bo
 // is maxDelay long. Until then every request is held as long: Remaining
 // is 0.
 func overDelay(res core.Result, maxDelay time.Duration) core.Result {
+	maxDelay = maxDelay.Truncate(time.Microsecond) // Redis's tick
 	res.Allowed = false
 	res.RetryAfter = 0
 	res.Rules = append([]core.RuleResult(nil), res.Rules...)

@@ -15,17 +15,17 @@ import (
 )
 
 // heldFlow is a middleware flow over a LeakyBucket limiter built without
-// core.WithMaxDelay (as New takes it), at 1/s with room for 10, with
+// core.WithMaxDelay (as New takes it), at 1/s with room for burst, with
 // WithMaxHold(1.5s), on a miniredis whose clock the test moves; requests
 // cost cost. Requests held longer than the hold are denied after the
 // decision, their places kept (see overDelay). denied holds the last
 // denial's Result.
-func heldFlow(t *testing.T, cost int) (f *Flow, m *miniredis.Miniredis, denied *core.Result) {
+func heldFlow(t *testing.T, burst, cost int) (f *Flow, m *miniredis.Miniredis, denied *core.Result) {
 	m = miniredis.RunT(t)
 	m.SetTime(time.Unix(1_800_000_000, 0))
 	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { c.Close() })
-	lim, err := core.New(c, core.LeakyBucket, core.Limit{Rate: 1, Period: time.Second, Burst: 10}, core.WithTimeout(10*time.Second))
+	lim, err := core.New(c, core.LeakyBucket, core.Limit{Rate: 1, Period: time.Second, Burst: burst}, core.WithTimeout(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func heldFlow(t *testing.T, cost int) (f *Flow, m *miniredis.Miniredis, denied *
 // retry was denied again, and took more places.
 func TestOverHoldRetryAfterCountsTheCost(t *testing.T) {
 	for _, cost := range []int{1, 3} {
-		f, m, denied := heldFlow(t, cost)
+		f, m, denied := heldFlow(t, 10, cost)
 		admit := func() (bool, string) {
 			rec := httptest.NewRecorder()
 			ok := f.Admit(rec, httptest.NewRequest(http.MethodGet, "/", nil), nil)
@@ -76,5 +76,27 @@ func TestOverHoldRetryAfterCountsTheCost(t *testing.T) {
 		if ok, _ := admit(); !ok {
 			t.Errorf("cost %d: denied with RetryAfter %s, retried after exactly that: denied again (RetryAfter %s)", cost, retry, denied.RetryAfter)
 		}
+	}
+}
+
+// A full bucket's denial (Redis's) says when a request fits within the
+// hold, not only when a place frees: a request taking the first free
+// place waits for the queue ahead of it. It said the latter, and a retry
+// on time was held past the hold, denied, its place taken.
+func TestFullBucketRetryAfterCountsTheHold(t *testing.T) {
+	f, m, denied := heldFlow(t, 3, 1)
+	admit := func() bool {
+		return f.Admit(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil), nil)
+	}
+	for range 3 {
+		admit() // delays 0, 1s, 2s: the last held past the hold, denied, its place kept
+	}
+	if admit() {
+		t.Fatal("admitted into a full bucket")
+	}
+	retry := denied.RetryAfter
+	m.SetTime(time.Unix(1_800_000_000, 0).Add(retry))
+	if !admit() {
+		t.Errorf("a full bucket said RetryAfter %s; retried then, held past the hold and denied again (RetryAfter %s)", retry, denied.RetryAfter)
 	}
 }
