@@ -135,9 +135,10 @@ func (h *health) recover() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		err := h.probe(ctx)
 		cancel()
-		// A refusal of the probe's key alone (NOPERM: an ACL user that
-		// may not touch it) is Redis answering, as it is for a decision.
-		if err == nil || !availability(err) {
+		// Only a write taken closes it. (A refusal of the probe's key,
+		// NOPERM to an ACL user that may not touch it, comes before any
+		// other: Redis out of memory or read-only answers it too.)
+		if err == nil {
 			h.mu.Lock()
 			h.lastBackoff, h.closedAt = backoff, time.Now()
 			h.mu.Unlock()
