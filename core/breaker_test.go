@@ -407,15 +407,8 @@ func TestCloseEndsTheProbe(t *testing.T) {
 // so the refusal tells nothing of Redis: taken for an answer, it closed
 // the breaker over an outage (out of memory, read-only) again and again.
 func TestProbeRefusedItsKeyKeepsTheBreakerOpen(t *testing.T) {
-	srv := redistest.StartT(t)
-	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer admin.Close()
+	admin, client := limitedUser(t)
 	ctx := context.Background()
-	if err := admin.Do(ctx, "ACL", "SETUSER", "lim", "on", ">pw", "~sluice:{ok*", "+@all").Err(); err != nil {
-		t.Fatal(err)
-	}
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "lim", Password: "pw"})
-	defer client.Close()
 	var changes atomic.Int32
 	lim := newOn(t, client, GCRA, PerDay(1000), WithHealthCheck(1, 100*time.Millisecond), WithTimeout(50*time.Millisecond),
 		WithHealthHook(func(Health, error) { changes.Add(1) }))

@@ -400,15 +400,8 @@ func TestReadOnlyInsideTheScriptIsResent(t *testing.T) {
 // each go again alone, and only the refused key's fail. Each is counted
 // once.
 func TestNoPermOfOneKeyFailsOnlyItsDecision(t *testing.T) {
-	srv := redistest.StartT(t)
-	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer admin.Close()
+	_, client := limitedUser(t)
 	ctx := context.Background()
-	if err := admin.Do(ctx, "ACL", "SETUSER", "lim", "on", ">pw", "~sluice:{ok*", "+@all").Err(); err != nil {
-		t.Fatal(err)
-	}
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "lim", Password: "pw"})
-	defer client.Close()
 	lim := newOn(t, client, GCRA, PerDay(1000), WithHealthCheck(0, 0))
 	defer lim.Close()
 	if _, err := lim.Allow(ctx, "bad-alone"); err == nil || !strings.HasPrefix(err.Error(), "NOPERM") {
@@ -450,4 +443,20 @@ func TestNoPermOfOneKeyFailsOnlyItsDecision(t *testing.T) {
 			t.Fatalf("ok-%d after %d admissions: %+v %v; want Remaining %d (each counted once)", g, each, r, err, 1000-each)
 		}
 	}
+}
+
+// limitedUser starts a redis-server of its own with an ACL user that may
+// touch the keys of user keys beginning "ok" only (sluice:{ok*), and
+// returns a client of the default user and one of that user.
+func limitedUser(t *testing.T) (admin, client *redis.Client) {
+	t.Helper()
+	srv := redistest.StartT(t)
+	admin = redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { admin.Close() })
+	if err := admin.Do(context.Background(), "ACL", "SETUSER", "lim", "on", ">pw", "~sluice:{ok*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	client = redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "lim", Password: "pw"})
+	t.Cleanup(func() { client.Close() })
+	return admin, client
 }
