@@ -166,7 +166,8 @@ func (l *Limiter) Rules() []Rule {
 // wait between batches; from then on, each of those ends as soon as it has
 // nothing to send. It does not close the Redis client, which is the
 // caller's. A closed limiter still decides, always by asking Redis (the
-// failure mode still decides each call that fails), with no breaker.
+// failure mode still decides each call that fails), with no breaker: its
+// Health is Healthy, and its health hook is told nothing more.
 // Limiters built and dropped at run time (one per tenant, say) should be
 // closed; one that lives as long as the process need not be. Close may be
 // called more than once.

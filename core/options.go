@@ -86,7 +86,9 @@ func WithHealthCheck(failures int, maxBackoff time.Duration) Option {
 // is told about. fn must not panic: the changes queued behind a panic
 // still reach fn, in order, and then the panic goes on up that goroutine,
 // where a caller's HTTP server may recover it, and the probe's ends the
-// program as any goroutine's panic does.
+// program as any goroutine's panic does. Close ends the reports: a limiter
+// closed while unhealthy tells fn nothing more (it has no breaker from
+// then on, and Health reports Healthy).
 func WithHealthHook(fn func(Health, error)) Option {
 	return func(o *options) { o.onHealth = fn }
 }
