@@ -164,6 +164,44 @@ func testRouteKeyMounting(t *testing.T, routeKey keyfunc.Func) {
 	}
 }
 
+// TestRouteKeyAroundAMount: a limiter that wraps a mount (r.Use in a
+// Group around r.Route, or r.With before Mount or Route) runs after chi
+// matched the mount and before it leaves the sub-router the rest of the
+// path: the key is still the route the sub-router chooses. It was
+// "(no route)" for every request under the mount, one budget for all.
+func TestRouteKeyAroundAMount(t *testing.T) { eachRouteKey(t, testRouteKeyAroundAMount) }
+
+func testRouteKeyAroundAMount(t *testing.T, routeKey keyfunc.Func) {
+	k := newRouteKeys(t, routeKey)
+	r := chi.NewRouter()
+	r.Group(func(r chi.Router) {
+		r.Use(k.limit("group"))
+		r.Route("/api", func(r chi.Router) {
+			r.Get("/", ok)
+			r.Get("/users/{id}", ok)
+			r.With(k.limit("inner")).Route("/orgs/{org}", func(r chi.Router) {
+				r.Get("/projects/{project}", ok)
+			})
+		})
+	})
+	shop := chi.NewRouter()
+	shop.Get("/items/{id}", ok)
+	r.With(k.limit("with")).Mount("/shop", shop)
+
+	for _, c := range []struct {
+		path string
+		want []string
+	}{
+		{"/api/users/7", []string{"route:GET /api/users/{id}"}},
+		{"/api/", []string{"route:GET /api"}}, // as chi names it (RoutePattern)
+		{"/api/orgs/a/projects/b", []string{"route:GET /api/orgs/{org}/projects/{project}", "route:GET /api/orgs/{org}/projects/{project}"}},
+		{"/api/nothing", []string{"route:(no route)"}},
+		{"/shop/items/7", []string{"route:GET /shop/items/{id}"}},
+	} {
+		k.check(r, "GET", c.path, c.want...)
+	}
+}
+
 // TestRouteKeyFollowsChisRouting: a middleware before routing may change
 // the path and method chi routes by (middleware.StripSlashes and
 // CleanPath the path, GetHead a HEAD to GET); wherever the limiter is

@@ -22,8 +22,9 @@ import (
 // routes it (by the path and method a middleware before it may have
 // rewritten, such as StripSlashes or GetHead, from the sub-router chi has
 // reached) and gets the full pattern wherever the middleware is mounted:
-// r.Use on the root router, r.Use inside r.Route or r.Group, r.With, or
-// around a single handler. Requests that match no route share one key,
+// r.Use on the root router, r.Use inside r.Route or r.Group (a Group
+// around r.Route too), r.With (before Mount or Route too), or around a
+// single handler. Requests that match no route share one key,
 // "route:(no route)", and a method other than the standard ones counts as
 // "OTHER". A router wrapped by the middleware and then mounted,
 // r.Mount("/api", mw(sub)), is a handler to chi, which the middleware
@@ -79,6 +80,22 @@ func find(r *http.Request) (method, pattern string, ok bool) {
 		routes = sub
 	}
 	path := rctx.RoutePath
+	if len(rctx.RoutePatterns) > 0 {
+		// A middleware that wraps the last mount's handler (r.Use in a
+		// Group around r.Route, r.With before Mount or Route) runs after
+		// chi matched the mount and before the mount leaves its
+		// sub-router the rest of the path: the value of the mount's "*"
+		// ("" for the mount's own path), which the mount clears once it
+		// has moved the path on. Still there, or the path never moved
+		// (none, at the root), that rest is the path to look up.
+		v := ""
+		if k := rctx.URLParams.Keys; len(k) > 0 && k[len(k)-1] == "*" && len(rctx.URLParams.Values) == len(k) {
+			v = rctx.URLParams.Values[len(k)-1]
+		}
+		if v != "" || path == "" {
+			path = "/" + v
+		}
+	}
 	if path == "" {
 		if path = r.URL.RawPath; path == "" {
 			path = r.URL.Path
