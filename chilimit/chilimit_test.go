@@ -200,6 +200,21 @@ func testRouteKeyAroundAMount(t *testing.T, routeKey keyfunc.Func) {
 	} {
 		k.check(r, "GET", c.path, c.want...)
 	}
+
+	// The key is the route as chi names it once routed (RoutePattern):
+	// a route of a trailing slash under a wrapping limiter too.
+	k = newRouteKeys(t, routeKey)
+	r = chi.NewRouter()
+	r.Group(func(r chi.Router) {
+		r.Use(k.limit("group"))
+		r.Route("/a", func(r chi.Router) {
+			r.Route("/b", func(r chi.Router) {
+				r.Get("/", ok)
+			})
+		})
+	})
+	k.check(r, "GET", "/a/b/", "route:GET /a/b")
+	k.check(r, "GET", "/a/b", "route:GET /a/b")
 }
 
 // TestRouteKeyFollowsChisRouting: a middleware before routing may change

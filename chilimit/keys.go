@@ -110,7 +110,7 @@ func find(r *http.Request) (method, pattern string, ok bool) {
 	fctx.Reset() // drop the references to this request's path values
 	findContexts.Put(fctx)
 	if pattern == "" || len(rctx.RoutePatterns) == 0 {
-		return method, pattern, true
+		return method, chiPattern(pattern), true
 	}
 	// The mounts' patterns before it, as chi's Find joins them.
 	n := len(pattern)
@@ -123,7 +123,21 @@ func find(r *http.Request) (method, pattern string, ok bool) {
 		b.WriteString(strings.TrimSuffix(p, "/*"))
 	}
 	b.WriteString(pattern)
-	return method, b.String(), true
+	return method, chiPattern(b.String()), true
+}
+
+// chiPattern is a pattern as chi's RoutePattern names the route once it
+// is routed: no mount's "/*/" inside, no trailing slash but the root's.
+// (Find answers a mount's own path with the pattern it matched there.)
+func chiPattern(p string) string {
+	for strings.Contains(p, "/*/") {
+		p = strings.ReplaceAll(p, "/*/", "/")
+	}
+	if p != "/" {
+		p = strings.TrimSuffix(p, "//")
+		p = strings.TrimSuffix(p, "/")
+	}
+	return p
 }
 
 // mountKey names the route of pattern in a chi router.
