@@ -46,9 +46,9 @@ func RouteKey(with ...keyfunc.Func) func(echo.Context) (string, error) {
 
 // UserKey keys requests by the user id that authentication middleware
 // stored with c.Set(name, id): "user:<id>". The id may be a string, an
-// integer or a fmt.Stringer, of a named type too. A request without one (anonymous) is a key
-// error: limited by its peer address and reported, or answered 400 with
-// WithKeyErrorReject. Use it with WithEchoKey.
+// integer or a fmt.Stringer, of a named type too. A request without one
+// (anonymous) is a key error: limited by its peer address and reported,
+// or answered 400 with WithKeyErrorReject. Use it with WithEchoKey.
 func UserKey(name string) func(echo.Context) (string, error) {
 	return func(c echo.Context) (string, error) {
 		return flow.UserKey(name, c.Get(name))

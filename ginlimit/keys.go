@@ -43,9 +43,9 @@ func RouteKey(with ...keyfunc.Func) func(*gin.Context) (string, error) {
 
 // UserKey keys requests by the user id that authentication middleware
 // stored with c.Set(name, id): "user:<id>". The id may be a string, an
-// integer or a fmt.Stringer, of a named type too. A request without one (anonymous) is a key
-// error: limited by its peer address and reported, or answered 400 with
-// WithKeyErrorReject. Use it with WithGinKey.
+// integer or a fmt.Stringer, of a named type too. A request without one
+// (anonymous) is a key error: limited by its peer address and reported,
+// or answered 400 with WithKeyErrorReject. Use it with WithGinKey.
 func UserKey(name string) func(*gin.Context) (string, error) {
 	return func(c *gin.Context) (string, error) {
 		v, _ := c.Get(name)

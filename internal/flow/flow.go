@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -151,6 +152,29 @@ type Flow struct {
 	peer     keyfunc.Func // the fallback key: the peer's, without RemoteIP's warning (see peerkey)
 	policies policyCache  // RateLimit-Policy values by rules
 	errors   errorLog     // the default error handler
+	// leakyOwn: whether limiter has a LeakyBucket rule, once asked (see
+	// leaky): 0 not yet, 1 yes, 2 no
+	leakyOwn atomic.Int32
+}
+
+// leaky reports whether l has a LeakyBucket rule: remembered for the
+// flow's own limiter, asked of any other (a copy of its rules).
+func (f *Flow) leaky(l *core.Limiter) bool {
+	if l != f.limiter {
+		return holds(l.Rules())
+	}
+	switch f.leakyOwn.Load() {
+	case 1:
+		return true
+	case 2:
+		return false
+	}
+	if holds(l.Rules()) {
+		f.leakyOwn.Store(1)
+		return true
+	}
+	f.leakyOwn.Store(2)
+	return false
 }
 
 // policy returns the RateLimit-Policy value of res's rules, formatted once
@@ -354,7 +378,7 @@ func (f *Flow) Admit(w http.ResponseWriter, r *http.Request, rc any) bool {
 	if res.Allowed && res.Delay > c.MaxHold {
 		res = overDelay(res, c.MaxHold)
 	} else if !res.Allowed {
-		res = heldRetry(res, l, c.MaxHold)
+		res = f.heldRetry(res, l)
 	}
 	if res.ShadowDenied {
 		// A limiter built with core.WithShadow: served, and, as in this
@@ -441,15 +465,17 @@ func (f *Flow) fail(w http.ResponseWriter, r *http.Request, err error, closed bo
 }
 
 // heldRetry makes a denial's RetryAfter that of a retry the middleware
-// will not hold past maxHold. A LeakyBucket rule that denies (its queue
+// will not hold past MaxHold. A LeakyBucket rule that denies (its queue
 // full) says when a place frees, but a request taking it waits for the
 // queue ahead of it, ResetAfter as the denial finds it: held longer than
-// maxHold it would be denied after its place was taken (see overDelay).
+// MaxHold it would be denied after its place was taken (see overDelay).
 // The algorithm constructors' limiters, built with core.WithMaxDelay, say
-// so already; a limiter given to New may not.
-func heldRetry(res core.Result, l *core.Limiter, maxHold time.Duration) core.Result {
-	maxHold = maxHold.Truncate(time.Microsecond) // Redis's tick
+// so already; a limiter given to New may not. Only a limiter with a
+// LeakyBucket rule is asked for its rules.
+func (f *Flow) heldRetry(res core.Result, l *core.Limiter) core.Result {
+	maxHold := f.cfg.MaxHold.Truncate(time.Microsecond) // Redis's tick
 	var rules []core.Rule
+	copied := false
 	for i := range res.Rules {
 		rr := res.Rules[i]
 		wait := rr.ResetAfter - maxHold
@@ -457,12 +483,16 @@ func heldRetry(res core.Result, l *core.Limiter, maxHold time.Duration) core.Res
 			continue
 		}
 		if rules == nil {
+			if !f.leaky(l) {
+				return res
+			}
 			rules = l.Rules()
-			// the Result's rules may be a deny cache's: changed on a copy
-			res.Rules = append([]core.RuleResult(nil), res.Rules...)
 		}
 		if i >= len(rules) || rules[i].Algorithm != core.LeakyBucket {
 			continue
+		}
+		if !copied { // the Result's rules may be a deny cache's
+			res.Rules, copied = append([]core.RuleResult(nil), res.Rules...), true
 		}
 		res.Rules[i].RetryAfter = wait
 		if wait > res.RetryAfter {
