@@ -24,7 +24,10 @@ import (
 // reached) and gets the full pattern wherever the middleware is mounted:
 // r.Use on the root router, r.Use inside r.Route or r.Group (a Group
 // around r.Route too), r.With (before Mount or Route too), or around a
-// single handler. Requests that match no route share one key,
+// single handler. The pattern is named as chi's RoutePattern names it once
+// routed, without a trailing slash: two routes that differ only by one
+// ("/users" and "/users/") share a key, as chi names them alike. Requests
+// that match no route share one key,
 // "route:(no route)", and a method other than the standard ones counts as
 // "OTHER". A router wrapped by the middleware and then mounted,
 // r.Mount("/api", mw(sub)), is a handler to chi, which the middleware
