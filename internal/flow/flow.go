@@ -466,12 +466,14 @@ func (f *Flow) fail(w http.ResponseWriter, r *http.Request, err error, closed bo
 
 // heldRetry makes a denial's RetryAfter that of a retry the middleware
 // will not hold past MaxHold. A LeakyBucket rule that denies (its queue
-// full) says when a place frees, but a request taking it waits for the
-// queue ahead of it, ResetAfter as the denial finds it: held longer than
-// MaxHold it would be denied after its place was taken (see overDelay).
-// The algorithm constructors' limiters, built with core.WithMaxDelay, say
-// so already; a limiter given to New may not. Only a limiter with a
-// LeakyBucket rule is asked for its rules.
+// full) says when a place frees, and one that admits while another rule
+// denies says nothing, but a request let in waits for the queue ahead of
+// it, ResetAfter as the denial finds it: held longer than MaxHold it would
+// be denied after its place was taken (see overDelay). Such a rule then
+// denies too, until its queue is short enough. The algorithm constructors'
+// limiters, built with core.WithMaxDelay, say so already; a limiter given
+// to New may not. Only a limiter with a LeakyBucket rule is asked for its
+// rules.
 func (f *Flow) heldRetry(res core.Result, l *core.Limiter) core.Result {
 	maxHold := f.cfg.MaxHold.Truncate(time.Microsecond) // Redis's tick
 	var rules []core.Rule
@@ -479,7 +481,7 @@ func (f *Flow) heldRetry(res core.Result, l *core.Limiter) core.Result {
 	for i := range res.Rules {
 		rr := res.Rules[i]
 		wait := rr.ResetAfter - maxHold
-		if rr.Allowed || wait <= rr.RetryAfter {
+		if wait <= rr.RetryAfter {
 			continue
 		}
 		if rules == nil {
@@ -494,7 +496,8 @@ func (f *Flow) heldRetry(res core.Result, l *core.Limiter) core.Result {
 		if !copied { // the Result's rules may be a deny cache's
 			res.Rules, copied = append([]core.RuleResult(nil), res.Rules...), true
 		}
-		res.Rules[i].RetryAfter = wait
+		res.Rules[i].Allowed, res.Rules[i].Remaining, res.Rules[i].RetryAfter = false, 0, wait
+		res.Remaining = 0
 		if wait > res.RetryAfter {
 			res.RetryAfter, res.Rule, res.Limit = wait, rr.Name, rr.Limit
 		}

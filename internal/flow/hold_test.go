@@ -100,3 +100,50 @@ func TestFullBucketRetryAfterCountsTheHold(t *testing.T) {
 		t.Errorf("a full bucket said RetryAfter %s; retried then, held past the hold and denied again (RetryAfter %s)", retry, denied.RetryAfter)
 	}
 }
+
+// In a policy, a LeakyBucket rule that admits while another rule denies
+// may still hold the retry past the hold: its queue ahead counts too. The
+// denial said the other rule's RetryAfter (0.8s), and the retry then was
+// held past the hold, denied, its place taken; a limiter built with
+// core.WithMaxDelay says 7.3s.
+func TestPolicyRetryAfterCountsTheHold(t *testing.T) {
+	m := miniredis.RunT(t)
+	t0 := time.Unix(1_800_000_000, 0) // a multiple of 2s: a window starts
+	m.SetTime(t0)
+	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { c.Close() })
+	rules := []core.Rule{
+		{Name: "lb", Algorithm: core.LeakyBucket, Limit: core.Limit{Rate: 1, Period: time.Second, Burst: 10}},
+		{Name: "fw", Algorithm: core.FixedWindow, Limit: core.Limit{Rate: 10, Period: 2 * time.Second}},
+	}
+	lim, err := core.NewPolicy(c, rules, core.WithTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var denied core.Result
+	f := New(lim, []Option{
+		WithMaxHold(1500 * time.Millisecond),
+		WithKey(func(*http.Request) (string, error) { return "k", nil }),
+		WithDenyHandler(func(w http.ResponseWriter, _ *http.Request, res core.Result) {
+			denied = res
+			w.WriteHeader(http.StatusTooManyRequests)
+		}),
+	})
+	f.cfg.Sleep = func(context.Context, time.Duration) error { return nil }
+	admit := func() bool {
+		return f.Admit(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil), nil)
+	}
+	// the bucket full and the window's count spent
+	if res, err := lim.AllowN(context.Background(), "k", 10); err != nil || !res.Allowed {
+		t.Fatal(res, err)
+	}
+	m.SetTime(t0.Add(1200 * time.Millisecond))
+	if admit() {
+		t.Fatal("admitted past the window's count")
+	}
+	retry := denied.RetryAfter
+	m.SetTime(t0.Add(1200 * time.Millisecond).Add(retry))
+	if !admit() {
+		t.Errorf("denied with RetryAfter %s; retried then, held past the hold and denied again (RetryAfter %s)", retry, denied.RetryAfter)
+	}
+}
