@@ -402,3 +402,33 @@ func TestWaitWithAnUncomparableContextError(t *testing.T) {
 		t.Errorf("Wait: %v; want the context's own error", err)
 	}
 }
+
+// A SlidingWindowLog key of the twin lets go of a burst's log once the
+// burst has left its window: a million requests in a second, then one
+// every 40 minutes in a one-hour window, left the burst's array (16 MB)
+// held by a log of two entries, appended into its spare room.
+func TestTwinLogLetsGoOfABurst(t *testing.T) {
+	loc, err := NewLocal([]Rule{{Name: "log", Algorithm: SlidingWindowLog, Limit: PerHour(2_000_000)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Unix(1_700_000_000, 0)
+	for i := range 1_000_000 {
+		if r, _ := loc.AllowN(t0.Add(time.Duration(i)*time.Microsecond), "k", 1); !r.Allowed {
+			t.Fatalf("burst request %d denied", i)
+		}
+	}
+	now := t0
+	for i := range 100 {
+		now = now.Add(40 * time.Minute)
+		if r, _ := loc.AllowN(now, "k", 1); !r.Allowed {
+			t.Fatalf("quiet request %d denied", i)
+		}
+	}
+	loc.mu.Lock()
+	log := loc.keys["k"][0].log
+	loc.mu.Unlock()
+	if len(log) > 2 || cap(log) > 64 {
+		t.Errorf("a window of %d requests holds a log of capacity %d", len(log), cap(log))
+	}
+}

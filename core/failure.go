@@ -23,9 +23,11 @@ const (
 	FailClosed
 	// FailLocal decides with the limiter's in-process twin (see Local), on
 	// this process's clock. Each instance then enforces the limit on its
-	// own: N instances admit up to N times the limit between them. When
-	// Redis is back, decisions go to Redis again; what the instances
-	// admitted locally is not carried over to Redis.
+	// own: N instances admit up to N times the limit between them, and a
+	// window that spans the outage's start up to N+1 times (the twin does
+	// not see what Redis admitted before it). When Redis is back, decisions
+	// go to Redis again; what the instances admitted locally is not carried
+	// over to Redis.
 	//
 	// The twin keeps what it admitted until each key is back at its
 	// untouched state, as a Redis key's TTL would run out; Redis coming

@@ -34,7 +34,9 @@ type Local struct {
 
 // DefaultLocalKeys bounds the keys a Limiter's twin (FailLocal) holds: a key
 // takes about 180 bytes with one rule and 80 more per further rule (its own
-// bytes apart), so about 12 MB when full with one rule. When a new key finds
+// bytes apart), so about 12 MB when full with one rule; a SlidingWindowLog
+// rule adds 16 bytes per request in its window (up to Rate per key), as its
+// sorted set does in Redis. When a new key finds
 // it full, the twin forgets the keys whose state is back to untouched and,
 // if that frees less than an eighth of it, the keys closest to untouched
 // (the soonest to expire) until an eighth is free. A forgotten key is

@@ -22,6 +22,11 @@ func slidingWindowLog(r *compiledRule, s *localState, now, n int64) decision {
 		first++
 	}
 	live := s.log[first:]
+	if first > 0 && cap(live) > 4*len(live)+16 {
+		// Most of the array has left the window (a burst gone by): copy
+		// what is left, so that the array is let go.
+		live = append(make([]logEntry, 0, 2*len(live)+1), live...)
+	}
 	d := decision{avail: rate - used}
 	if len(live) > 0 {
 		d.resetBefore = latest + period - now
