@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -430,5 +431,38 @@ func TestTwinLogLetsGoOfABurst(t *testing.T) {
 	loc.mu.Unlock()
 	if len(log) > 2 || cap(log) > 64 {
 		t.Errorf("a window of %d requests holds a log of capacity %d", len(log), cap(log))
+	}
+}
+
+// Denials of a key whose log holds a burst gone by copy nothing: the log
+// is made small when a decision stores it, not each time a rule reads it
+// (a policy's denial stores nothing, and a flood of them copied the live
+// log at every request).
+func TestTwinLogDenialsCopyNothing(t *testing.T) {
+	loc, err := NewLocal([]Rule{
+		{Name: "log", Algorithm: SlidingWindowLog, Limit: PerHour(2_000_000)},
+		{Name: "window", Algorithm: FixedWindow, Limit: Limit{Rate: 1_000_000, Period: 2 * time.Hour}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Unix(1_700_006_400, 0) // a window of two hours starts
+	for i := range 1_000_000 {
+		if r, _ := loc.AllowN(t0.Add(time.Duration(i)*time.Millisecond*3), "k", 1); !r.Allowed {
+			t.Fatalf("burst request %d denied", i)
+		}
+	}
+	now := t0.Add(time.Hour + 2990*time.Second) // most of the log has left its window; the window's count is spent
+	if r, _ := loc.AllowN(now, "k", 1); r.Allowed {
+		t.Fatal("admitted past the window's count")
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range 100 {
+		loc.AllowN(now, "k", 1)
+	}
+	runtime.ReadMemStats(&after)
+	if per := (after.TotalAlloc - before.TotalAlloc) / 100; per > 16<<10 {
+		t.Errorf("%d bytes allocated per denied decision", per)
 	}
 }

@@ -178,6 +178,10 @@ func (l *Local) decide(now time.Time, key string, consume bool, n int) []int64 {
 			r := &l.rules[i]
 			k := 1 + 5*i
 			states[i] = ds[i].next
+			if log := states[i].log; cap(log) > 4*len(log)+16 {
+				// a SlidingWindowLog's burst gone by: its array let go
+				states[i].log = append(make([]logEntry, 0, 2*len(log)+1), log...)
+			}
 			states[i].present = true
 			ms := ceilDiv(ds[i].resetAfter*r.tick, 1000)
 			if ms < 1 {

@@ -22,11 +22,6 @@ func slidingWindowLog(r *compiledRule, s *localState, now, n int64) decision {
 		first++
 	}
 	live := s.log[first:]
-	if first > 0 && cap(live) > 4*len(live)+16 {
-		// Most of the array has left the window (a burst gone by): copy
-		// what is left, so that the array is let go.
-		live = append(make([]logEntry, 0, 2*len(live)+1), live...)
-	}
 	d := decision{avail: rate - used}
 	if len(live) > 0 {
 		d.resetBefore = latest + period - now
@@ -48,7 +43,8 @@ func slidingWindowLog(r *compiledRule, s *localState, now, n int64) decision {
 	// Should the clock step back, the request counts from the newest one's
 	// time, as in the script. (Appending may write into s.log's spare
 	// capacity, beyond what s holds: s is replaced by next once all rules
-	// admit, and never reads past its own length.)
+	// admit, and never reads past its own length. Local.decide copies a
+	// log that holds little of its array when it stores it.)
 	d.next = localState{log: append(live, logEntry{at: max(now, latest), n: n}), c: used + n}
 	return d
 }

@@ -498,11 +498,23 @@ func (f *Flow) heldRetry(res core.Result, l *core.Limiter) core.Result {
 		}
 		res.Rules[i].Allowed, res.Rules[i].Remaining, res.Rules[i].RetryAfter = false, 0, wait
 		res.Remaining = 0
-		if wait > res.RetryAfter {
+		// the longest wait names the Result, a tie the earlier rule (as core)
+		if wait > res.RetryAfter || wait == res.RetryAfter && i < ruleIndex(res.Rules, res.Rule) {
 			res.RetryAfter, res.Rule, res.Limit = wait, rr.Name, rr.Limit
 		}
 	}
 	return res
+}
+
+// ruleIndex returns the index of the rule named name in rules, or
+// len(rules).
+func ruleIndex(rules []core.RuleResult, name string) int {
+	for i := range rules {
+		if rules[i].Name == name {
+			return i
+		}
+	}
+	return len(rules)
 }
 
 // overDelay turns an admission whose delay exceeds maxDelay into a denial.

@@ -147,3 +147,39 @@ func TestPolicyRetryAfterCountsTheHold(t *testing.T) {
 		t.Errorf("denied with RetryAfter %s; retried then, held past the hold and denied again (RetryAfter %s)", retry, denied.RetryAfter)
 	}
 }
+
+// A rule that heldRetry makes deny, tied on RetryAfter with the rule that
+// denied, is named as core names ties, the earlier rule: as a limiter
+// built with core.WithMaxDelay names it.
+func TestHeldRetryTieGoesToTheEarlierRule(t *testing.T) {
+	rules := []core.Rule{
+		{Name: "lb", Algorithm: core.LeakyBucket, Limit: core.Limit{Rate: 1, Period: time.Second, Burst: 10}},
+		{Name: "fw", Algorithm: core.FixedWindow, Limit: core.Limit{Rate: 10, Period: 2 * time.Second}},
+	}
+	t0 := time.Unix(1_800_000_000, 0) // a multiple of 2s: a window starts
+	decide := func(opts ...core.Option) (core.Result, *Flow) {
+		m := miniredis.RunT(t)
+		m.SetTime(t0)
+		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		t.Cleanup(func() { c.Close() })
+		lim, err := core.NewPolicy(c, rules, append(opts, core.WithTimeout(10*time.Second))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res, err := lim.AllowN(context.Background(), "k", 10); err != nil || !res.Allowed {
+			t.Fatal(res, err)
+		}
+		m.SetTime(t0.Add(1200 * time.Millisecond))
+		res, err := lim.AllowN(context.Background(), "k", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res, New(lim, []Option{WithMaxHold(8 * time.Second)})
+	}
+	want, _ := decide(core.WithMaxDelay(8 * time.Second))
+	res, f := decide()
+	got := f.heldRetry(res, f.limiter)
+	if got.Rule != want.Rule || got.RetryAfter != want.RetryAfter {
+		t.Errorf("heldRetry: rule %q, RetryAfter %s; a limiter built with WithMaxDelay says %q, %s", got.Rule, got.RetryAfter, want.Rule, want.RetryAfter)
+	}
+}
