@@ -135,9 +135,9 @@ func (h *health) recover() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		err := h.probe(ctx)
 		cancel()
-		// Only a write taken closes it. (A refusal of the probe's key,
-		// NOPERM to an ACL user that may not touch it, comes before any
-		// other: Redis out of memory or read-only answers it too.)
+		// Only a write taken closes it. A NOPERM on the probe's key proves
+		// nothing: Redis checks ACLs before memory, role and the rest, so
+		// an OOM or read-only Redis answers NOPERM too.
 		if err == nil {
 			h.mu.Lock()
 			h.lastBackoff, h.closedAt = backoff, time.Now()

@@ -151,7 +151,8 @@ func isNilClient(client redis.UniversalClient) bool {
 	return false
 }
 
-// Rules returns the limiter's rules, with Burst filled in.
+// Rules returns the limiter's rules, with Burst filled in, in the policy's
+// order, the order of Result.Rules.
 func (l *Limiter) Rules() []Rule {
 	out := make([]Rule, len(l.rules))
 	for i, r := range l.rules {

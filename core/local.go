@@ -35,8 +35,9 @@ type Local struct {
 // DefaultLocalKeys bounds the keys a Limiter's twin (FailLocal) holds: a key
 // takes about 180 bytes with one rule and 80 more per further rule (its own
 // bytes apart), so about 12 MB when full with one rule; a SlidingWindowLog
-// rule adds 16 bytes per request in its window (up to Rate per key), as its
-// sorted set does in Redis. When a new key finds
+// rule adds 16 to 64 bytes per request in its window (up to Rate per key;
+// its array keeps up to four times its entries, and 16), as its sorted set
+// grows in Redis. When a new key finds
 // it full, the twin forgets the keys whose state is back to untouched and,
 // if that frees less than an eighth of it, the keys closest to untouched
 // (the soonest to expire) until an eighth is free. A forgotten key is
@@ -179,7 +180,7 @@ func (l *Local) decide(now time.Time, key string, consume bool, n int) []int64 {
 			k := 1 + 5*i
 			states[i] = ds[i].next
 			if log := states[i].log; cap(log) > 4*len(log)+16 {
-				// a SlidingWindowLog's burst gone by: its array let go
+				// a SlidingWindowLog's burst gone by: a smaller array
 				states[i].log = append(make([]logEntry, 0, 2*len(log)+1), log...)
 			}
 			states[i].present = true

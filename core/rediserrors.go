@@ -287,7 +287,8 @@ func isTryAgain(err error) bool {
 // the keys it declares: NOPERM about a key ("… access one of the keys used
 // as arguments", "… access the '<key>' key"). A refusal inside a script,
 // after it may have written (a command the user may not run), names the
-// script ("script: <sha>") and is not one.
+// script ("script: <sha>") and is not one; nor, on the safe side, is a
+// refusal whose key or user name contains "script".
 func isKeyNoPerm(err error) bool {
 	if err == nil {
 		return false

@@ -153,23 +153,20 @@ type Flow struct {
 	policies policyCache  // RateLimit-Policy values by rules
 	errors   errorLog     // the default error handler
 	// leakyOwn: whether limiter has a LeakyBucket rule, once asked (see
-	// leaky): 0 not yet, 1 yes, 2 no
+	// ownLeaky): 0 not yet, 1 yes, 2 no
 	leakyOwn atomic.Int32
 }
 
-// leaky reports whether l has a LeakyBucket rule: remembered for the
-// flow's own limiter, asked of any other (a copy of its rules).
-func (f *Flow) leaky(l *core.Limiter) bool {
-	if l != f.limiter {
-		return holds(l.Rules())
-	}
+// ownLeaky reports whether the flow's own limiter has a LeakyBucket rule,
+// asked once.
+func (f *Flow) ownLeaky() bool {
 	switch f.leakyOwn.Load() {
 	case 1:
 		return true
 	case 2:
 		return false
 	}
-	if holds(l.Rules()) {
+	if holds(f.limiter.Rules()) {
 		f.leakyOwn.Store(1)
 		return true
 	}
@@ -472,8 +469,10 @@ func (f *Flow) fail(w http.ResponseWriter, r *http.Request, err error, closed bo
 // be denied after its place was taken (see overDelay). Such a rule then
 // denies too, until its queue is short enough. The algorithm constructors'
 // limiters, built with core.WithMaxDelay, say so already; a limiter given
-// to New may not. Only a limiter with a LeakyBucket rule is asked for its
-// rules.
+// to New may not. The deny handler then sees such a rule as denying. The
+// flow's own limiter is asked for its rules only when it has a LeakyBucket
+// rule; one from LimiterFor is asked at each such denial. res.Rules[i] is
+// the limiter's rule i (Result.Rules is in the policy's order).
 func (f *Flow) heldRetry(res core.Result, l *core.Limiter) core.Result {
 	maxHold := f.cfg.MaxHold.Truncate(time.Microsecond) // Redis's tick
 	var rules []core.Rule
@@ -485,15 +484,17 @@ func (f *Flow) heldRetry(res core.Result, l *core.Limiter) core.Result {
 			continue
 		}
 		if rules == nil {
-			if !f.leaky(l) {
+			if l == f.limiter && !f.ownLeaky() {
 				return res
 			}
-			rules = l.Rules()
+			if rules = l.Rules(); !holds(rules) {
+				return res
+			}
 		}
 		if i >= len(rules) || rules[i].Algorithm != core.LeakyBucket {
 			continue
 		}
-		if !copied { // the Result's rules may be a deny cache's
+		if !copied { // a copy, as overDelay makes: the Result core gave is left as it was
 			res.Rules, copied = append([]core.RuleResult(nil), res.Rules...), true
 		}
 		res.Rules[i].Allowed, res.Rules[i].Remaining, res.Rules[i].RetryAfter = false, 0, wait
@@ -507,7 +508,8 @@ func (f *Flow) heldRetry(res core.Result, l *core.Limiter) core.Result {
 }
 
 // ruleIndex returns the index of the rule named name in rules, or
-// len(rules).
+// len(rules). (A policy's rule names are unique: compilePolicy refuses
+// duplicates.)
 func ruleIndex(rules []core.RuleResult, name string) int {
 	for i := range rules {
 		if rules[i].Name == name {
