@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -152,26 +151,7 @@ type Flow struct {
 	peer     keyfunc.Func // the fallback key: the peer's, without RemoteIP's warning (see peerkey)
 	policies policyCache  // RateLimit-Policy values by rules
 	errors   errorLog     // the default error handler
-	// leakyOwn: whether limiter has a LeakyBucket rule, once asked (see
-	// ownLeaky): 0 not yet, 1 yes, 2 no
-	leakyOwn atomic.Int32
-}
-
-// ownLeaky reports whether the flow's own limiter has a LeakyBucket rule,
-// asked once.
-func (f *Flow) ownLeaky() bool {
-	switch f.leakyOwn.Load() {
-	case 1:
-		return true
-	case 2:
-		return false
-	}
-	if holds(f.limiter.Rules()) {
-		f.leakyOwn.Store(1)
-		return true
-	}
-	f.leakyOwn.Store(2)
-	return false
+	leaky    bool         // limiter has a LeakyBucket rule (see heldRetry)
 }
 
 // policy returns the RateLimit-Policy value of res's rules, formatted once
@@ -189,7 +169,7 @@ func (f *Flow) policy(res core.Result) string {
 // reports ErrNoLimiter per request (the adapters use MustNew instead).
 func New[O ~func(*Config)](l *core.Limiter, opts []O) *Flow {
 	peer := keyfunc.RemoteIP()
-	f := &Flow{limiter: l, peer: peerkey.Quiet, cfg: Config{
+	f := &Flow{limiter: l, leaky: l != nil && holds(l.Rules()), peer: peerkey.Quiet, cfg: Config{
 		Key:     func(r *http.Request, _ any) (string, error) { return peer(r) },
 		Deny:    DenyPlain,
 		Timeout: defaultTimeout,
@@ -293,7 +273,7 @@ func Must[O ~func(*Config)](where string, client redis.UniversalClient, alg core
 	if err != nil {
 		panic(fmt.Sprintf("%s(%s): %v", where, limit, err))
 	}
-	f.limiter = l
+	f.limiter, f.leaky = l, alg == core.LeakyBucket
 	return f
 }
 
@@ -484,7 +464,7 @@ func (f *Flow) heldRetry(res core.Result, l *core.Limiter) core.Result {
 			continue
 		}
 		if rules == nil {
-			if l == f.limiter && !f.ownLeaky() {
+			if l == f.limiter && !f.leaky {
 				return res
 			}
 			if rules = l.Rules(); !holds(rules) {
