@@ -109,38 +109,36 @@ func find(r *http.Request) (method, pattern string, ok bool) {
 	}
 	fctx := findContexts.Get().(*chi.Context)
 	fctx.Reset()
-	pattern = routes.Find(fctx, method, path)
+	if pattern = routes.Find(fctx, method, path); pattern != "" {
+		pattern = routePattern(fctx, rctx.RoutePatterns, pattern)
+	}
 	fctx.Reset() // drop the references to this request's path values
 	findContexts.Put(fctx)
-	if pattern == "" || len(rctx.RoutePatterns) == 0 {
-		return method, chiPattern(pattern), true
-	}
-	// The mounts' patterns before it, as chi's Find joins them.
-	n := len(pattern)
-	for _, p := range rctx.RoutePatterns {
-		n += len(strings.TrimSuffix(p, "/*"))
-	}
-	var b strings.Builder
-	b.Grow(n)
-	for _, p := range rctx.RoutePatterns {
-		b.WriteString(strings.TrimSuffix(p, "/*"))
-	}
-	b.WriteString(pattern)
-	return method, chiPattern(b.String()), true
+	return method, pattern, true
 }
 
-// chiPattern is a pattern as chi's RoutePattern names the route once it
-// is routed: no mount's "/*/" inside, no trailing slash but the root's.
-// (Find answers a mount's own path with the pattern it matched there.)
-func chiPattern(p string) string {
-	for strings.Contains(p, "/*/") {
-		p = strings.ReplaceAll(p, "/*/", "/")
+// routePattern names pattern, found in the sub-router reached through the
+// mounts of mounts, as chi names a routed request's (Context.RoutePattern,
+// asked of fctx): the mounts' patterns, then the route's, without a
+// mount's "/*/" inside or a trailing slash. The mounts' patterns are joined
+// here, with one allocation, rather than by RoutePattern, which would take
+// two.
+func routePattern(fctx *chi.Context, mounts []string, pattern string) string {
+	if len(mounts) > 0 {
+		n := len(pattern)
+		for _, p := range mounts {
+			n += len(strings.TrimSuffix(p, "/*"))
+		}
+		var b strings.Builder
+		b.Grow(n)
+		for _, p := range mounts {
+			b.WriteString(strings.TrimSuffix(p, "/*"))
+		}
+		b.WriteString(pattern)
+		pattern = b.String()
 	}
-	if p != "/" {
-		p = strings.TrimSuffix(p, "//")
-		p = strings.TrimSuffix(p, "/")
-	}
-	return p
+	fctx.RoutePatterns = append(fctx.RoutePatterns[:0], pattern)
+	return fctx.RoutePattern()
 }
 
 // mountKey names the route of pattern in a chi router.
