@@ -479,24 +479,28 @@ func (f *Flow) heldRetry(res core.Result, l *core.Limiter) core.Result {
 		}
 		res.Rules[i].Allowed, res.Rules[i].Remaining, res.Rules[i].RetryAfter = false, 0, wait
 		res.Remaining = 0
-		// the longest wait names the Result, a tie the earlier rule (as core)
-		if wait > res.RetryAfter || wait == res.RetryAfter && i < ruleIndex(res.Rules, res.Rule) {
-			res.RetryAfter, res.Rule, res.Limit = wait, rr.Name, rr.Limit
-		}
+		decidedBy(&res, i)
 	}
 	return res
 }
 
-// ruleIndex returns the index of the rule named name in rules, or
-// len(rules). (A policy's rule names are unique: compilePolicy refuses
-// duplicates.)
-func ruleIndex(rules []core.RuleResult, name string) int {
-	for i := range rules {
-		if rules[i].Name == name {
-			return i
+// decidedBy names rule i of the denial res as its deciding rule when it
+// waits longest, or as long as the rule named so far and comes before it,
+// as core names ties. (A policy's rule names are unique: compilePolicy
+// refuses duplicates.)
+func decidedBy(res *core.Result, i int) {
+	rr := &res.Rules[i]
+	if rr.RetryAfter < res.RetryAfter {
+		return
+	}
+	if rr.RetryAfter == res.RetryAfter {
+		for j := range i {
+			if res.Rules[j].Name == res.Rule {
+				return
+			}
 		}
 	}
-	return len(rules)
+	res.RetryAfter, res.Rule, res.Limit = rr.RetryAfter, rr.Name, rr.Limit
 }
 
 // overDelay turns an admission whose delay exceeds maxDelay into a denial.
@@ -517,9 +521,7 @@ func overDelay(res core.Result, maxDelay time.Duration) core.Result {
 		}
 		rr.Allowed, rr.Remaining = false, 0
 		rr.RetryAfter = max(rr.ResetAfter, rr.Delay) - maxDelay
-		if rr.RetryAfter > res.RetryAfter {
-			res.RetryAfter, res.Rule, res.Limit = rr.RetryAfter, rr.Name, rr.Limit
-		}
+		decidedBy(&res, i)
 		res.Remaining = 0
 	}
 	if res.RetryAfter == 0 { // no rule result carried the delay
