@@ -191,7 +191,7 @@ func WithTimeout(d time.Duration) Option { return flow.WithTimeout(d) }
 // LeakyBucket can decide (another algorithm's constructor, or New of a
 // limiter without a LeakyBucket rule, without a limiter function). The
 // request context bounds the hold too: a client that goes away is not
-// served. A request that would be held longer is denied (429):
+// served, and is answered 499 (client closed request) for the access log. A request that would be held longer is denied (429):
 //
 //   - the algorithm constructors build their limiter with
 //     core.WithMaxDelay(d), so Redis denies it and it takes no place in the

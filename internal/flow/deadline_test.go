@@ -45,7 +45,9 @@ func admit(f *Flow, ctx context.Context) (*httptest.ResponseRecorder, bool) {
 // A request whose own deadline (set by an earlier middleware) passes while
 // Redis decides, or before its LeakyBucket turn, is answered 503 and
 // reported: not left an empty 200 without being served. A request whose
-// client has gone is answered nothing.
+// client has gone, during the decision or while held, is answered 499
+// (client closed request) with no body and no rate-limit headers, so
+// that an access log does not record it as served.
 func TestRequestDeadline(t *testing.T) {
 	bg := context.Background()
 	past, cancel := context.WithDeadline(bg, time.Now().Add(-time.Second))
@@ -58,8 +60,8 @@ func TestRequestDeadline(t *testing.T) {
 	if rec, next := admit(f, past); next || rec.Code != http.StatusServiceUnavailable || log.count() != 1 {
 		t.Errorf("deadline passed during the decision: next %v, status %d, %d error(s) reported; want 503 and one", next, rec.Code, log.count())
 	}
-	if rec, next := admit(f, gone); next || rec.Body.Len() != 0 || len(rec.Header()) != 0 || log.count() != 1 {
-		t.Errorf("client gone: next %v, %q %v written, %d error(s); want nothing", next, rec.Body, rec.Header(), log.count())
+	if rec, next := admit(f, gone); next || rec.Code != 499 || rec.Body.Len() != 0 || len(rec.Header()) != 0 || log.count() != 1 {
+		t.Errorf("client gone: next %v, status %d, %q %v written, %d error(s); want 499 alone", next, rec.Code, rec.Body, rec.Header(), log.count())
 	}
 
 	held := 0
@@ -83,5 +85,13 @@ func TestRequestDeadline(t *testing.T) {
 	admit(sleeper, bg)
 	if rec, next := admit(sleeper, bg); next || rec.Code != http.StatusServiceUnavailable || log.count() != 3 {
 		t.Errorf("deadline passed while held: next %v, status %d, %d error(s); want 503, reported", next, rec.Code, log.count())
+	}
+	leaver := New(miniLimiter(t, core.LeakyBucket, core.Limit{Rate: 1, Period: time.Second, Burst: 5}),
+		[]Option{WithErrorHandler(log.hook), func(c *Config) {
+			c.Sleep = func(context.Context, time.Duration) error { return context.Canceled }
+		}})
+	admit(leaver, bg)
+	if rec, next := admit(leaver, bg); next || rec.Code != 499 || rec.Body.Len() != 0 || log.count() != 3 {
+		t.Errorf("client gone while held: next %v, status %d, body %q, %d error(s); want 499, nothing reported", next, rec.Code, rec.Body, log.count())
 	}
 }

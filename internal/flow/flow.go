@@ -292,7 +292,7 @@ func (f *Flow) ReadsRoute() bool {
 // Admit runs the flow for r: it decides, sets the rate-limit headers on w,
 // holds the request for a LeakyBucket delay, or writes the denial or failure
 // response. It reports whether the next handler should be called; when it
-// returns false the response has been written (or the client has gone).
+// returns false the response has been written.
 // rc is the router's own context, passed to router-native key functions.
 func (f *Flow) Admit(w http.ResponseWriter, r *http.Request, rc any) bool {
 	c := &f.cfg
@@ -331,7 +331,7 @@ func (f *Flow) Admit(w http.ResponseWriter, r *http.Request, rc any) bool {
 	if err != nil {
 		switch ctxErr := r.Context().Err(); {
 		case errors.Is(ctxErr, context.Canceled):
-			return false // the client has gone: nobody to answer
+			return gone(w)
 		case ctxErr != nil:
 			// The request's own deadline (set by a middleware before this
 			// one) passed while Redis decided: too late to serve it.
@@ -386,12 +386,26 @@ func (f *Flow) Admit(w http.ResponseWriter, r *http.Request, rc any) bool {
 		}
 		if err := c.Sleep(r.Context(), res.Delay); err != nil {
 			if errors.Is(err, context.Canceled) {
-				return false // the client gave up while held
+				return gone(w) // the client gave up while held
 			}
 			return f.late(w, r, fmt.Errorf("sluice: the request's deadline passed while it waited its turn: %w", err))
 		}
 	}
 	return true
+}
+
+// statusClientClosed is the status of a request whose client went
+// away before it was decided or while it was held: not a status of
+// RFC 9110, but the one access logs and proxies know for it (nginx's 499).
+const statusClientClosed = 499
+
+// gone answers a request whose client has gone (its context canceled) with
+// statusClientClosed and no body, reporting nothing: nobody reads
+// the answer, but writing nothing would leave net/http, and the loggers of
+// the routers, an empty 200, a request served that was not.
+func gone(w http.ResponseWriter) bool {
+	w.WriteHeader(statusClientClosed)
+	return false
 }
 
 // late answers 503 to a request whose own deadline ends before it can be

@@ -147,7 +147,10 @@ type step struct {
 	path   string
 	peer   string            // RemoteAddr; default Peer
 	header map[string]string // request headers
-	status int
+	// canceled sends the request with its context canceled: its client
+	// has gone
+	canceled bool
+	status   int
 	// want maps a response header to its exact value; "" means absent.
 	want  map[string]string
 	body  string // a substring of the body, when not empty
@@ -200,6 +203,11 @@ func do(t *testing.T, h http.Handler, i int, s step) {
 	}
 	for k, v := range s.header {
 		req.Header.Set(k, v)
+	}
+	if s.canceled {
+		ctx, cancel := context.WithCancel(req.Context())
+		cancel()
+		req = req.WithContext(ctx)
 	}
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
@@ -821,7 +829,21 @@ func cases[O ~func(*flow.Config), M any](t *testing.T, a Adapter[O, M], rdb *red
 			{path: "/", status: 429, check: retryNoLater},
 		},
 	})
-	// A held request whose client goes away is not served.
+	// A request whose client goes away, before the decision or while held,
+	// is not served, and is answered 499 (client closed request): an
+	// access log must not record it as served.
+	add(testCase[M]{
+		name:   "client-gone",
+		global: []M{a.GCRA(rdb, core.PerMinute(60), prefix("gone"))},
+		steps: []step{
+			{path: "/", status: 499, canceled: true, check: func(t *testing.T, rec *httptest.ResponseRecorder) {
+				if rec.Body.Len() != 0 {
+					t.Errorf("a client gone before the decision was answered %q", rec.Body)
+				}
+			}},
+			{path: "/", status: 200, body: "ok"},
+		},
+	})
 	add(testCase[M]{
 		name: "leaky-client-gone",
 		global: []M{a.LeakyBucket(rdb, core.PerMinute(60), prefix("leaky-gone"),
@@ -830,7 +852,7 @@ func cases[O ~func(*flow.Config), M any](t *testing.T, a Adapter[O, M], rdb *red
 			}))},
 		steps: []step{
 			{path: "/", status: 200, body: "ok"},
-			{path: "/", status: 200, check: func(t *testing.T, rec *httptest.ResponseRecorder) {
+			{path: "/", status: 499, check: func(t *testing.T, rec *httptest.ResponseRecorder) {
 				if rec.Body.Len() != 0 {
 					t.Errorf("handler ran for a client that went away: %q", rec.Body)
 				}
