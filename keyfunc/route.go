@@ -79,8 +79,8 @@ func routeKey(r *http.Request) (string, error) {
 }
 
 // RouteMethod returns the method under which a route key counts a request
-// of method m: m itself for the nine methods of RFC 9110 and PATCH, "OTHER"
-// for any other. A route that accepts any method then has at most ten
+// of method m: m itself for the eight methods of RFC 9110 and PATCH,
+// "OTHER" for any other. A route that accepts any method then has at most ten
 // budgets per key.
 func RouteMethod(m string) string {
 	switch m {
