@@ -197,7 +197,10 @@ func (b *batcher) do(ctx context.Context, timeout time.Duration, c *call) (answe
 	// not watch cancellation while it reads.
 	if b.active == 0 && !c.deadline.IsZero() && (ctx.Done() == nil || c.deadline.Sub(now) <= inlineLag) {
 		if ok, bounded := b.inlineBound(c.kind); ok {
-			b.active++ // callers arriving meanwhile queue behind this one
+			// Callers arriving meanwhile do not send inline: they go through a
+			// flusher, at once (an inline call is not in flight for mayGo),
+			// and those after them gather behind that flusher's batch.
+			b.active++
 			b.mu.Unlock()
 			return true, b.sendInline(ctx, c, bounded)
 		}
@@ -341,11 +344,13 @@ func (b *batcher) room(now time.Time) bool {
 // many (see below). Redis runs one script call after the other, so a
 // second pipeline sent early would only queue behind the first; a few
 // calls sent alone would each pay a whole script call and round trip, and
-// hold a flusher that a larger batch could use. What does not go now goes when a batch in flight returns
-// (its flusher giving up its turn first while the process is CPU-bound in
-// quick turns, see flush), or when the watchdog finds it stalled (see
-// holdBack): a pipeline hung on a dead connection must not hold back
-// every call behind it while another connection could answer.
+// hold a flusher that a larger batch could use. (A call sent inline is
+// not in flight here: it is one caller's, which no batch waits for.) What
+// does not go now goes when a batch in flight returns (its flusher giving
+// up its turn first while the process is CPU-bound in quick turns, see
+// flush), or when the watchdog finds it stalled (see holdBack): a pipeline
+// hung on a dead connection must not hold back every call behind it while
+// another connection could answer.
 func (b *batcher) mayGo(now time.Time) bool {
 	// On a cluster of several masters a batch becomes one script call per
 	// master, each with its master's share only: there a batch waits until

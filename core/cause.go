@@ -91,6 +91,17 @@ type sendFailure struct {
 	dials *dialWatch // nil when the client is not a *redis.Client
 }
 
+// sent records what a command that went to Redis returned, whatever the
+// path (a batch's or a lone caller's) and the kind (a script call, a
+// Reset's DEL, the probe's SET): its error, or that Redis answered.
+func (s *sendFailure) sent(err error) {
+	if err != nil {
+		s.note(err)
+	} else {
+		s.clear()
+	}
+}
+
 // clear forgets the last send error and the last failed dial: Redis has
 // answered since, so neither says why a later call times out.
 func (s *sendFailure) clear() {

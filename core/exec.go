@@ -175,8 +175,13 @@ func (b *batcher) exec(x *execScratch, batch []*call) (handed int) {
 		// put these calls back in the pool, so they may be signalled
 		// while the batch still holds them).
 		for i, c := range batch {
-			if others[i] != nil && c.claim(callAnswered) {
-				c.err = others[i].Err()
+			if others[i] == nil {
+				continue
+			}
+			err := others[i].Err()
+			b.failed.sent(err)
+			if c.claim(callAnswered) {
+				c.err = err
 				c.done <- struct{}{}
 			}
 		}
@@ -230,11 +235,7 @@ func (b *batcher) answer(ctx context.Context, x *execScratch, settled bool) {
 		g.answered, g.now = true, true
 		n++
 		reply, err := g.cmd.Result()
-		if err != nil {
-			b.failed.note(err)
-		} else {
-			b.failed.clear()
-		}
+		b.failed.sent(err)
 		for _, c := range g.calls {
 			if g.cross && err == nil && len(reply) > 0 && reply[0] < 0 {
 				if _, rest, e := parseReply(reply, b.rules, nil); isNotHere(e) && c.state.Load() == callWaiting {

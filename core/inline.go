@@ -110,12 +110,7 @@ func (b *batcher) sendOwn(c *call, bounded *redis.Client) error {
 		err = b.client.Set(ctx, keyStrings(c.keys)[0], "1", time.Second).Err()
 		c.err = err
 	}
-	// What a timeout names as its cause follows lone calls too.
-	if err != nil {
-		b.failed.note(err)
-	} else {
-		b.failed.clear()
-	}
+	b.failed.sent(err) // what a timeout names as its cause follows lone calls too
 	b.mu.Lock()
 	start := len(b.pending) > 0
 	if start {
