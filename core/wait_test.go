@@ -84,3 +84,48 @@ func TestWaitCanceledWhileHeldSaysCounted(t *testing.T) {
 		t.Errorf("canceled while held: %v; want context.Canceled, saying it was counted", err)
 	}
 }
+
+// A LeakyBucket WaitN whose turn comes after the deadline fails at once,
+// and takes no place in the queue, even when a place frees before the
+// deadline: the turn of a request admitted then is still when the queue
+// ahead of it has drained (the denial's ResetAfter), so sleeping to its
+// RetryAfter would only take a place its caller can never use.
+func TestWaitLeakyTurnPastDeadlineFailsAtOnce(t *testing.T) {
+	for _, maxDelay := range []time.Duration{-1, 3 * time.Second} {
+		t.Run(fmt.Sprint("maxDelay=", maxDelay), func(t *testing.T) {
+			var admitted atomic.Int32
+			opts := []Option{WithPrefix(fmt.Sprintf("wait-turn-%d", time.Now().UnixNano())),
+				WithObserver(func(e Event) {
+					if e.Allowed {
+						admitted.Add(1)
+					}
+				})}
+			if maxDelay >= 0 {
+				opts = append(opts, WithMaxDelay(maxDelay))
+			}
+			// One a second, five queued: the queue drains in about 5s, and
+			// a place frees within 2s.
+			lim := newOn(t, redistest.Client(t), LeakyBucket, Limit{Rate: 1, Period: time.Second, Burst: 5}, opts...)
+			ctx := context.Background()
+			for i := 0; ; i++ {
+				res, err := lim.Allow(ctx, "k")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !res.Allowed {
+					break
+				}
+			}
+			filled := admitted.Load()
+			dctx, cancel := context.WithTimeout(ctx, 2500*time.Millisecond)
+			defer cancel()
+			err := lim.Wait(dctx, "k")
+			if !errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "admitted") || dctx.Err() != nil {
+				t.Errorf("got %v (context: %v), want an immediate DeadlineExceeded", err, dctx.Err())
+			}
+			if n := admitted.Load() - filled; n != 0 {
+				t.Errorf("Wait took %d place(s) in the queue for a turn past its deadline", n)
+			}
+		})
+	}
+}
