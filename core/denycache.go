@@ -29,6 +29,11 @@ type denyCache struct {
 	shards [denyShards]denyShard
 	used   int // shards in use: fewer than denyShards for a smaller size
 	limit  int // entries per shard
+	// tick is the coarsest clock Redis decides the limiter's rules by (a
+	// microsecond, or a millisecond for the largest limits: see
+	// compileRule): a denial's RetryAfter counts from the start of Redis's
+	// tick, up to a tick before the request reached it (see put).
+	tick time.Duration
 	// resets counts Resets: a denial decided before a Reset may arrive
 	// after it, and must not be cached then (see put).
 	resets atomic.Uint64
@@ -48,9 +53,9 @@ type denyEntry struct {
 	res   Result
 }
 
-func newDenyCache(size int) *denyCache {
+func newDenyCache(size int, tick time.Duration) *denyCache {
 	used := min(max(size, 1), denyShards)
-	c := &denyCache{used: used, limit: max(size/used, 1)}
+	c := &denyCache{used: used, limit: max(size/used, 1), tick: tick}
 	for i := range c.shards {
 		c.shards[i].entries = make(map[string]denyEntry)
 	}
@@ -90,9 +95,12 @@ func (c *denyCache) get(key string, n int, now time.Time) (Result, bool) {
 }
 
 // put caches a denial of n events for key. now is when the request was
-// sent, not when the answer came: counting down from the earlier time can
-// only end the denial early (one more script), never deny longer than
-// Redis would.
+// sent, not when the answer came, and the entry ends a tick before now +
+// RetryAfter: Redis counted RetryAfter from the start of its tick (its
+// clock read in whole ticks), which may be up to a tick before the moment
+// it decided, hence before now. Ending early costs a script call; ending
+// late would deny a request Redis admits. RetryAfter and ResetAfter are
+// counted down from now, as the request's own answer was.
 //
 // A live entry of the same cost or a smaller one is kept, not replaced: it
 // answers this cost already, and callers that reached Redis together get
@@ -106,7 +114,7 @@ func (c *denyCache) get(key string, n int, now time.Time) (Result, bool) {
 // resets is the count of Resets read before the request was sent: if a
 // Reset happened since, the denial may predate it and is not cached.
 func (c *denyCache) put(key string, n int, res Result, now time.Time, resets uint64) {
-	if res.Allowed || res.RetryAfter <= 0 {
+	if res.Allowed || res.RetryAfter <= c.tick {
 		return
 	}
 	s := c.shard(key)
@@ -130,7 +138,7 @@ func (c *denyCache) put(key string, n int, res Result, now time.Time, resets uin
 		}
 	}
 	res.Rules = append([]RuleResult(nil), res.Rules...)
-	s.entries[key] = denyEntry{n: n, at: now, until: now.Add(res.RetryAfter), res: res}
+	s.entries[key] = denyEntry{n: n, at: now, until: now.Add(res.RetryAfter - c.tick), res: res}
 }
 
 func (c *denyCache) forget(key string) {

@@ -13,7 +13,7 @@ import (
 )
 
 func TestDenyCacheCountsDown(t *testing.T) {
-	c := newDenyCache(100)
+	c := newDenyCache(100, time.Microsecond)
 	t0 := time.Unix(1000, 0)
 	denied := Result{Rule: "r", RetryAfter: 3 * s, ResetAfter: 10 * s, Rules: []RuleResult{
 		{Name: "r", RetryAfter: 3 * s, ResetAfter: 10 * s},
@@ -61,7 +61,7 @@ func TestDenyCacheCountsDown(t *testing.T) {
 
 // The entry keeps the smallest cost denied: it answers every larger one.
 func TestDenyCacheKeepsTheSmallestCost(t *testing.T) {
-	c := newDenyCache(100)
+	c := newDenyCache(100, time.Microsecond)
 	t0 := time.Unix(1000, 0)
 	c.put("k", 3, Result{RetryAfter: 5 * s}, t0, 0)
 	c.put("k", 5, Result{RetryAfter: 9 * s}, t0, 0) // answered by the entry of 3: kept
@@ -81,7 +81,7 @@ func TestDenyCacheIsBounded(t *testing.T) {
 	denied := Result{RetryAfter: s}
 	// fewer than the shards, one per shard, and more
 	for _, size := range []int{1, 4, denyShards - 1, denyShards, 3*denyShards + 5} {
-		c := newDenyCache(size)
+		c := newDenyCache(size, time.Microsecond)
 		for i := 0; i < 1000; i++ {
 			c.put(fmt.Sprint(i), 1, denied, t0, 0)
 		}
@@ -93,7 +93,7 @@ func TestDenyCacheIsBounded(t *testing.T) {
 			t.Errorf("%d entries in a cache of %d", total, size)
 		}
 	}
-	c := newDenyCache(denyShards)
+	c := newDenyCache(denyShards, time.Microsecond)
 	// Expired entries make room.
 	c.put("late", 1, denied, t0.Add(2*s), 0)
 	if _, ok := c.get("late", 1, t0.Add(2*s)); !ok {
@@ -231,5 +231,45 @@ func TestDenyCacheAfterOwnReset(t *testing.T) {
 	r, err := lim.Allow(ctx, "k")
 	if err != nil || !r.Allowed {
 		t.Errorf("after Reset returned: %+v %v; the deny cache answered a denial Redis would not give", r, err)
+	}
+}
+
+// On a limit that Redis decides in milliseconds (a bucket that takes more
+// than 2^50 µs to refill), a denial's RetryAfter counts from the start of
+// Redis's millisecond, up to a millisecond before the request reached it:
+// the cache must not deny past the moment Redis admits again.
+func TestDenyCacheEndsByRedisMillisecond(t *testing.T) {
+	client := redistest.Client(t)
+	ctx := context.Background()
+	lim := Limit{Rate: 3, Period: 100 * time.Millisecond, Burst: 12_000_000_000}
+	var last Event
+	prefix := WithPrefix(fmt.Sprintf("deny-ms-%d", time.Now().UnixNano()))
+	l := newOn(t, client, GCRA, lim, WithDenyCache(100), prefix, WithObserver(func(e Event) { last = e }))
+	plain := newOn(t, client, GCRA, lim, prefix) // the same state, no cache
+	if l.rules[0].tick != 1000 {
+		t.Fatalf("tick %dµs: the test needs a limit decided in milliseconds", l.rules[0].tick)
+	}
+	for round := range 20 {
+		key := fmt.Sprint("k", round)
+		if r, err := l.AllowN(ctx, key, lim.Burst); err != nil || !r.Allowed {
+			t.Fatalf("burst: %+v %v", r, err)
+		}
+		r, err := l.Allow(ctx, key)
+		if err != nil || r.Allowed || last.Cached {
+			t.Fatalf("want a denial from Redis: %+v %v (cached %v)", r, err, last.Cached)
+		}
+		for { // until Redis itself would admit one event
+			p, err := plain.Peek(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Allowed {
+				break
+			}
+			time.Sleep(p.RetryAfter / 2)
+		}
+		if r, err := l.Allow(ctx, key); err != nil || !r.Allowed {
+			t.Fatalf("round %d: Redis admits, the limiter answered %+v %v (cached %v)", round, r, err, last.Cached)
+		}
 	}
 }

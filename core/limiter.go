@@ -126,7 +126,11 @@ func NewPolicy(client redis.UniversalClient, rules []Rule, opts ...Option) (*Lim
 	// "#probe" is no stored key: those that begin with '#' are a hash.
 	l.probeKey = o.prefix + ":{" + probeTag + "}:" + l.fp
 	if o.denyCache > 0 {
-		l.denied = newDenyCache(o.denyCache)
+		tick := int64(1)
+		for i := range compiled {
+			tick = max(tick, compiled[i].tick)
+		}
+		l.denied = newDenyCache(o.denyCache, time.Duration(tick)*time.Microsecond)
 	}
 	if o.failure == FailLocal {
 		// Redis coming back does not clear it: see FailLocal.
