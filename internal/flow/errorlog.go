@@ -43,9 +43,18 @@ type errorLog struct {
 }
 
 type kindLog struct {
-	last       atomic.Int64 // Unix nanoseconds of the last line, 0 before the first
+	last       atomic.Int64 // the last line's time, as logTime; 0 before the first
 	suppressed atomic.Int64 // errors left out since the last line
 }
+
+// logStart is what logTime counts from.
+var logStart = time.Now()
+
+// logTime returns t as nanoseconds since logStart, on the monotonic clock
+// when t has a reading of it (time.Now's has): a step of the wall clock
+// (NTP, a machine resumed) neither silences the log nor floods it. It is
+// never 0 for a time after start-up, which is when errors come.
+func logTime(t time.Time) int64 { return int64(t.Sub(logStart)) }
 
 // lateError marks the errors of requests answered 503 because their own
 // deadline ended before they could be served: it is errLate (see kindOf).
@@ -79,14 +88,20 @@ func (l *errorLog) log(r *http.Request, err error) {
 	kind := kindOf(err)
 	k := &l.kinds[kind]
 	now := l.now()
-	last := k.last.Load()
-	if last != 0 && now.UnixNano()-last < int64(ErrorLogInterval) || !k.last.CompareAndSwap(last, now.UnixNano()) {
+	at, last := logTime(now), k.last.Load()
+	// A time before the last line's (only a clock without a monotonic
+	// reading goes back) counts as past the interval.
+	if last != 0 && at >= last && at-last < int64(ErrorLogInterval) || !k.last.CompareAndSwap(last, at) {
 		k.suppressed.Add(1)
 		return
 	}
 	attrs := []any{"err", err, "kind", kindNames[kind], "method", r.Method, "path", r.URL.Path}
-	if n := k.suppressed.Swap(0); n > 0 {
-		attrs = append(attrs, "suppressed", n, "since", time.Unix(0, last).UTC())
+	// The first line says nothing of errors that came with it: the next
+	// line counts them, since this one.
+	if last != 0 {
+		if n := k.suppressed.Swap(0); n > 0 {
+			attrs = append(attrs, "suppressed", n, "since", now.Add(-time.Duration(at-last)).UTC())
+		}
 	}
 	slog.ErrorContext(r.Context(), "sluice: rate limiting failed", attrs...)
 }

@@ -104,3 +104,52 @@ func TestErrorLogSampled(t *testing.T) {
 		t.Errorf("no line names the refused connection:\n%s", strings.Join(got, "\n"))
 	}
 }
+
+// The interval is measured on the monotonic clock: a step back of the
+// wall clock (NTP, a VM resumed) does not silence the log until the wall
+// clock has caught up.
+func TestErrorLogSurvivesClockStepBack(t *testing.T) {
+	lines := captureLog(t)
+	// time.Now's monotonic reading never steps back; a wall reading alone
+	// (Round(0) drops the other) is what steps, as a clock without one.
+	clock := &fakeClock{now: time.Now().Round(0)}
+	el := errorLog{now: clock.get}
+	r := httptest.NewRequest("GET", "/", nil)
+	fail := errors.New("redis down")
+	el.log(r, fail)
+	clock.now = clock.now.Add(-time.Hour) // as a stepped wall clock reads
+	for range 30 {
+		clock.now = clock.now.Add(time.Second)
+		el.log(r, fail)
+	}
+	if got := lines.all(); len(got) < 3 {
+		t.Errorf("30s of errors after the clock stepped back wrote %d line(s), want 3 or more:\n%s", len(got), strings.Join(got, "\n"))
+	}
+}
+
+// Errors that come together with the first line of their kind are counted
+// in the next line, whose "since" is when the first was written: the
+// first line has no "since", as no line came before it.
+func TestErrorLogFirstLineHasNoSince(t *testing.T) {
+	r := httptest.NewRequest("GET", "/", nil)
+	fail := errors.New("redis down")
+	for range 300 {
+		lines := &logLines{}
+		prev := slog.Default()
+		slog.SetDefault(slog.New(lines))
+		el := errorLog{now: time.Now}
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for range 16 {
+			wg.Add(1)
+			go func() { defer wg.Done(); <-start; el.log(r, fail) }()
+		}
+		close(start)
+		wg.Wait()
+		slog.SetDefault(prev)
+		got := lines.all()
+		if len(got) != 1 || strings.Contains(got[0], "since") || strings.Contains(got[0], "suppressed") {
+			t.Fatalf("16 errors at once wrote %q; want one line without suppressed or since", got)
+		}
+	}
+}
