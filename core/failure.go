@@ -141,9 +141,7 @@ func (l *Limiter) fallback(key string, consume bool, n int, err error) (Result, 
 		}
 		return l.local.Peek(time.Now(), key), err
 	}
-	if !consume {
-		return Result{}, err
-	}
+	// A Peek gets the same answer as an Allow: what Allow would decide.
 	return l.undecided(l.opts.failure == FailOpen), err
 }
 
@@ -164,9 +162,9 @@ func (l *Limiter) cutShort(key string, consume bool, n int, err error) (Result, 
 	return l.fallback(key, false, n, err)
 }
 
-// undecided is the Result of a consuming decision that neither Redis nor
-// the twin made (Rules nil), admitted or not; it names the policy's first
-// rule.
+// undecided is the Result of a decision (or a Peek) that neither Redis
+// nor the twin made (Rules nil), admitted or not; it names the policy's
+// first rule.
 func (l *Limiter) undecided(admitted bool) Result {
 	r := l.rules[0]
 	return Result{Allowed: admitted, Limit: r.Limit, Rule: r.Name}

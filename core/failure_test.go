@@ -105,3 +105,20 @@ func TestFailLocalTwinAcrossAnOutage(t *testing.T) {
 		t.Errorf("the twin forgot what it admitted: %+v", r)
 	}
 }
+
+// When Redis cannot be asked, Peek reports what Allow would decide: the
+// failure mode's answer, naming the limit and the rule, with the error.
+func TestPeekAnswersAsAllowWhenRedisIsDown(t *testing.T) {
+	for _, mode := range []FailureMode{FailOpen, FailClosed} {
+		lim := newOn(t, redistest.RefusedClient(t), GCRA, PerSecond(10), WithFailureMode(mode), WithTimeout(50*time.Millisecond))
+		ctx := context.Background()
+		p, perr := lim.Peek(ctx, "k")
+		a, aerr := lim.Allow(ctx, "k")
+		if perr == nil || aerr == nil {
+			t.Fatalf("%v: errors %v and %v, want both", mode, perr, aerr)
+		}
+		if p.Allowed != a.Allowed || p.Limit != a.Limit || p.Rule != a.Rule || p.Rule == "" {
+			t.Errorf("%v: Peek %+v, Allow %+v: want the same answer", mode, p, a)
+		}
+	}
+}

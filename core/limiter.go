@@ -295,8 +295,9 @@ func (l *Limiter) shadowed(res Result) (_ Result, shadow bool) {
 // Peek reports what Allow would decide for key right now, without changing
 // anything in Redis. Remaining counts the events admissible now (the peeked
 // one is not taken off); RetryAfter, when not allowed, is the time until one
-// event would be. When Redis cannot be asked, Peek returns the error (and,
-// with FailLocal, the twin's view). In shadow mode it answers as Allow
+// event would be. When Redis cannot be asked, Peek returns the error with
+// what Allow would answer then: the twin's view with FailLocal, otherwise
+// the failure mode's (Allowed under FailOpen, Rules nil). In shadow mode it answers as Allow
 // does: admitted, with ShadowDenied set when the rules would deny.
 func (l *Limiter) Peek(ctx context.Context, key string) (Result, error) {
 	res, err := l.decide(ctx, key, false, 1)
