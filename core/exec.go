@@ -40,8 +40,10 @@ func (x *execScratch) group() *scriptGroup {
 	}
 	g := x.groups[x.used]
 	x.used++
-	g.calls, g.args, g.cmd, g.source, g.answered = g.calls[:0], g.args[:0], nil, false, false
-	g.byNode, g.cross, g.fresh = false, false, false
+	// Every field but the arrays' room starts afresh: a group made during
+	// answer (sendAlone) must not carry now, again or alone from a batch
+	// before.
+	*g = scriptGroup{calls: g.calls[:0], args: g.args[:0]}
 	return g
 }
 
