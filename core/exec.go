@@ -298,14 +298,44 @@ func (b *batcher) answer(ctx context.Context, x *execScratch, settled bool) {
 	}
 }
 
-// sendsAgain reports whether resend would send g again: it has not been
-// sent yet (fresh), or it failed in a way that cannot have counted.
-func (g *scriptGroup) sendsAgain() bool {
+// sendsAgain reports whether resend would send g, or its calls, again.
+func (g *scriptGroup) sendsAgain() bool { return g.next() != settled }
+
+// resendStep is what resend does next with a group not yet answered.
+type resendStep uint8
+
+const (
+	settled    resendStep = iota // answered with what its send got
+	splitAlone                   // its calls go again, each in a group of its own (sendAlone)
+	sendFresh                    // sent at once: made by sendAlone, never sent
+	sendSource                   // sent again at once, with the script's source: Redis lost it
+	sendLater                    // sent again after a pause: Redis could not take it, nothing ran
+)
+
+// next returns what resend does next with g, by how its last send failed.
+// (The one place that says which failures are sent again, and how: answer
+// leaves unanswered exactly the groups resend sends.)
+//
+// A replica (a master replaced, the slot map stale) refuses a cross-slot
+// call whole, as it declares no keys; alone, with keys declared, each call
+// is redirected to its master (MOVED), and go-redis learns the new map. A
+// Redis without script flags refuses the node form too, having run
+// nothing: its calls go alone, with the plain script's source, which may
+// be new to it. A call of several requests refused for some of them (see
+// splitsAlone) goes alone too.
+func (g *scriptGroup) next() resendStep {
 	if g.fresh {
-		return true
+		return sendFresh
 	}
-	err := g.cmd.Err()
-	return isNoScript(err) || g.cross && noScriptFlags(err) || resendable(err, g.alone) || splitsAlone(g, err)
+	switch err := g.cmd.Err(); {
+	case g.cross && (redis.IsReadOnlyError(err) || noScriptFlags(err)), splitsAlone(g, err):
+		return splitAlone
+	case isNoScript(err):
+		return sendSource
+	case resendable(err, g.alone):
+		return sendLater
+	}
+	return settled
 }
 
 // splitsAlone reports whether g's calls go again one by one after err, a
@@ -424,23 +454,11 @@ func (g *scriptGroup) keepWaiting() bool {
 func (b *batcher) resend(ctx context.Context, x *execScratch) {
 	for sends := 1; sends < maxSends; sends++ {
 		for _, g := range x.groups[:x.used] {
-			if g.answered {
+			if g.answered || g.next() != splitAlone {
 				continue
 			}
-			// A replica (a master replaced, the slot map stale) refuses a
-			// cross-slot call whole, as it declares no keys; alone, with
-			// keys declared, each is redirected to its master (MOVED), and
-			// go-redis learns the new map. A Redis without script flags
-			// refuses it too, having run nothing: its calls go alone, with
-			// the plain script's source, which may be new to it. A call of
-			// several requests refused for some of them (see splitsAlone)
-			// goes alone too.
 			err := g.cmd.Err()
-			readOnly := g.cross && redis.IsReadOnlyError(err)
 			flags := g.cross && noScriptFlags(err)
-			if !readOnly && !flags && !splitsAlone(g, err) {
-				continue
-			}
 			if flags {
 				b.slotsOnly.Store(true)
 			}
@@ -454,22 +472,19 @@ func (b *batcher) resend(ctx context.Context, x *execScratch) {
 			if g.answered {
 				continue
 			}
-			refused := false // Redis could not take it: wait a little
-			switch err := g.cmd.Err(); {
-			case g.fresh:
-			case isNoScript(err):
-				g.source = true
-			case resendable(err, g.alone):
-				refused = true
-			default:
+			step := g.next()
+			switch step {
+			case settled:
 				continue
+			case sendSource:
+				g.source = true
 			}
 			// Only the decisions whose callers still wait go again; a
 			// group nobody waits for keeps its error, unsent.
 			if g.keepWaiting() {
 				g.again = true
 				again++
-				wait = wait || refused
+				wait = wait || step == sendLater
 			} else {
 				g.fresh = false
 			}
