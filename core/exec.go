@@ -97,6 +97,15 @@ func (x *execScratch) groupOf(ctx context.Context, b *batcher, c *call) *scriptG
 	return x.group()
 }
 
+// otherCmd sends c, a Reset's DEL or the health probe's SET, on via (a
+// client, or a pipeline that queues it), and returns its command.
+func otherCmd(ctx context.Context, via redis.Cmdable, c *call) redis.Cmder {
+	if c.kind == callDel {
+		return via.Del(ctx, keyStrings(c.keys)...)
+	}
+	return via.Set(ctx, keyStrings(c.keys)[0], "1", time.Second) // callProbe
+}
+
 // reset lets go of everything the last batch held.
 func (x *execScratch) reset() {
 	for _, g := range x.groups[:x.used] {
@@ -163,11 +172,7 @@ func (b *batcher) exec(x *execScratch, batch []*call) (handed int) {
 		if other == nil {
 			other = b.client.Pipeline()
 		}
-		if c.kind == callDel {
-			others[i] = other.Del(ctx, keyStrings(c.keys)...)
-		} else {
-			others[i] = other.Set(ctx, keyStrings(c.keys)[0], "1", time.Second) // callProbe
-		}
+		others[i] = otherCmd(ctx, other, c)
 	}
 	if other != nil {
 		defer clear(others)

@@ -103,11 +103,8 @@ func (b *batcher) sendOwn(c *call, bounded *redis.Client) error {
 		} else {
 			c.err = err
 		}
-	case callDel:
-		err = b.client.Del(ctx, keyStrings(c.keys)...).Err()
-		c.err = err
-	case callProbe:
-		err = b.client.Set(ctx, keyStrings(c.keys)[0], "1", time.Second).Err()
+	default: // callDel, callProbe
+		err = otherCmd(ctx, b.client, c).Err()
 		c.err = err
 	}
 	b.failed.sent(err) // what a timeout names as its cause follows lone calls too

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -127,5 +128,31 @@ func TestDenyCacheNotRefilledDuringReset(t *testing.T) {
 	r, err = lim.Allow(ctx, "k")
 	if err != nil || !r.Allowed {
 		t.Errorf("after Reset returned, Redis holding nothing for the key: %+v %v; the deny cache answered a denial made before the DEL", r, err)
+	}
+}
+
+// A lone caller's Reset, on a client that ends commands at their
+// context's deadline, sends its DEL itself (inline): the key is forgotten.
+func TestResetInline(t *testing.T) {
+	opt := redistest.Options(t)
+	opt.ContextTimeoutEnabled = true
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	lim := newOn(t, rdb, FixedWindow, PerHour(2), WithPrefix(fmt.Sprintf("reset-inline-%d", time.Now().UnixNano())))
+	if !lim.batch.inline {
+		t.Fatal("the batcher does not send lone calls inline on this client")
+	}
+	ctx := context.Background()
+	for range 2 {
+		lim.Allow(ctx, "k")
+	}
+	if res, err := lim.Allow(ctx, "k"); err != nil || res.Allowed {
+		t.Fatalf("third request: %+v %v; want denied", res, err)
+	}
+	if err := lim.Reset(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := lim.Allow(ctx, "k"); err != nil || !res.Allowed || res.Remaining != 1 {
+		t.Errorf("after Reset: %+v %v; want admitted, 1 left", res, err)
 	}
 }
