@@ -66,6 +66,18 @@ import (
 //     up. Only the claimer signals done, once; the others leave it alone.
 //     A call sent inline is neither queued nor claimed: its caller sends it
 //     and reads the answer itself.
+//   - pending is empty whenever active is 0: a call is queued only with a
+//     place held or counted for a flusher to send it (do's check for an
+//     inline send reads active alone).
+//   - A script call answered by a flusher leaves its scratch's batch,
+//     under b.mu, before done is signalled (answer): its caller may then
+//     put it back in the pool, where the watchdog must not find it. A DEL
+//     or a probe's SET is signalled while its batch still holds it: their
+//     callers never put them back in the pool.
+//   - A batch's script call holds pointers to its calls' keys (codec.go),
+//     which a pooled call reuses: a go-redis hook that keeps a pipeline's
+//     commands past their send sees later requests' keys there. (A lone
+//     call's command is its own: see sendOwn.)
 
 // batcher is one Limiter's queue of calls and the flushers that send it.
 type batcher struct {
