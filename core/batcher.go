@@ -76,8 +76,8 @@ import (
 //     callers never put them back in the pool.
 //   - A batch's script call holds pointers to its calls' keys (codec.go),
 //     which a pooled call reuses: a go-redis hook that keeps a pipeline's
-//     commands past their send sees later requests' keys there. (A lone
-//     call's command is its own: see sendOwn.)
+//     commands past their send sees later requests' keys there (and a lone
+//     call's, its arguments cleared).
 
 // batcher is one Limiter's queue of calls and the flushers that send it.
 type batcher struct {
