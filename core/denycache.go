@@ -63,7 +63,7 @@ func newDenyCache(size int, tick time.Duration) *denyCache {
 }
 
 func (c *denyCache) shard(key string) *denyShard {
-	return &c.shards[keyHash(key)%uint64(c.used)]
+	return &c.shards[shardHash(key)%uint64(c.used)]
 }
 
 // get returns the cached denial that answers n events for key (one of n

@@ -107,6 +107,9 @@ func NewPolicy(client redis.UniversalClient, rules []Rule, opts ...Option) (*Lim
 	if o.maxBackoff < 0 {
 		return nil, fmt.Errorf("%w: health check backoff %s: must not be negative", ErrInvalidConfig, o.maxBackoff)
 	}
+	if o.emptySecret {
+		return nil, fmt.Errorf("%w: WithKeyHashSecret: empty secret", ErrInvalidConfig)
+	}
 	if o.denyCache < 0 {
 		return nil, fmt.Errorf("%w: deny cache of %d keys: must not be negative (0 turns it off)", ErrInvalidConfig, o.denyCache)
 	}
@@ -271,7 +274,7 @@ func (l *Limiter) observe(ev Event, key string, n int, start time.Time) {
 	if l.opts.observer == nil {
 		return
 	}
-	ev.KeyHash, ev.N, ev.Latency = keyHash(key), n, time.Since(start)
+	ev.KeyHash, ev.N, ev.Latency = l.opts.keyHash.sum(key), n, time.Since(start)
 	l.opts.observer(ev)
 }
 

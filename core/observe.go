@@ -40,7 +40,8 @@ func (o Outcome) String() string {
 
 // Event describes one decision to an observer (see WithObserver). It holds
 // no raw key: KeyHash identifies a key without revealing it, for sampling or
-// spotting hot keys, and is the same in every process.
+// spotting hot keys. It is stable within the process, and the same in every
+// process given the same WithKeyHashSecret.
 type Event struct {
 	Outcome Outcome
 	// Allowed is what the caller was told: in shadow mode true, but for a
@@ -58,7 +59,8 @@ type Event struct {
 	// ended the decision), it is the policy's first rule, as in the Result;
 	// for a cost refused before Redis is asked, it is empty.
 	Rule string
-	// KeyHash is the 64-bit FNV-1a hash of the user key.
+	// KeyHash is a keyed hash of the user key (SipHash-2-4): under a key
+	// drawn when the process starts, or under WithKeyHashSecret's.
 	KeyHash uint64
 	// N is the cost of the request.
 	N int
@@ -68,14 +70,4 @@ type Event struct {
 	// caller's context's error when that ended the decision, or the error
 	// refusing the request's cost (see OutcomeError).
 	Err error
-}
-
-// keyHash is FNV-1a, 64 bits; it does not allocate.
-func keyHash(key string) uint64 {
-	h := uint64(14695981039346656037)
-	for i := 0; i < len(key); i++ {
-		h ^= uint64(key[i])
-		h *= 1099511628211
-	}
-	return h
 }

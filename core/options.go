@@ -13,6 +13,8 @@ type options struct {
 	maxBackoff  time.Duration // longest pause between health probes
 	onHealth    func(Health, error)
 	observer    func(Event)
+	keyHash     hashKey // Event.KeyHash's key
+	emptySecret bool    // WithKeyHashSecret(""): rejected
 	shadow      bool
 	maxDelay    time.Duration // LeakyBucket, when maxDelaySet; negative is rejected
 	maxDelaySet bool
@@ -26,6 +28,7 @@ func defaultOptions() options {
 		failure:    FailOpen,
 		failures:   3,
 		maxBackoff: 500 * time.Millisecond,
+		keyHash:    processHashKey,
 	}
 }
 
@@ -91,6 +94,18 @@ func WithHealthCheck(failures int, maxBackoff time.Duration) Option {
 // then on, and Health reports Healthy).
 func WithHealthHook(fn func(Health, error)) Option {
 	return func(o *options) { o.onHealth = fn }
+}
+
+// WithKeyHashSecret keys Event.KeyHash with secret, so that every process
+// (every instance of a service) given the same secret hashes a key alike,
+// and logs of several instances can be matched by it. Without it, KeyHash
+// is keyed by a secret drawn when the process starts: stable within the
+// process only. Either way, a KeyHash tells nothing of its key to whoever
+// does not hold the secret; keep secret where it is as private as the keys
+// are (a client IP, a user id). An empty secret is an ErrInvalidConfig.
+func WithKeyHashSecret(secret string) Option {
+	k := secretHashKey(secret)
+	return func(o *options) { o.keyHash, o.emptySecret = k, secret == "" }
 }
 
 // WithObserver calls fn after every AllowN (and so every attempt of WaitN)

@@ -25,7 +25,7 @@ func TestShadowAndObserver(t *testing.T) {
 	}
 	want := []Outcome{OutcomeAllowed, OutcomeAllowed, OutcomeDenied}
 	for i, e := range events {
-		if e.Outcome != want[i] || e.Shadow != (i == 2) || !e.Allowed || e.Rule != "fixed_window" || e.N != 1 || e.KeyHash != keyHash("secret-key") || e.Latency <= 0 {
+		if e.Outcome != want[i] || e.Shadow != (i == 2) || !e.Allowed || e.Rule != "fixed_window" || e.N != 1 || e.KeyHash != processHashKey.sum("secret-key") || e.Latency <= 0 {
 			t.Errorf("event %d: %+v", i, e)
 		}
 	}
