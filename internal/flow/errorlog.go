@@ -89,9 +89,11 @@ func (l *errorLog) log(r *http.Request, err error) {
 	k := &l.kinds[kind]
 	now := l.now()
 	at, last := logTime(now), k.last.Load()
-	// A time before the last line's (only a clock without a monotonic
-	// reading goes back) counts as past the interval.
-	if last != 0 && at >= last && at-last < int64(ErrorLogInterval) || !k.last.CompareAndSwap(last, at) {
+	// A time a little before the last line's is a race: a caller that read
+	// the clock before another wrote that line. One more than an interval
+	// before it is a clock without a monotonic reading that went back: the
+	// interval counts as past.
+	if d := at - last; last != 0 && d > -int64(ErrorLogInterval) && d < int64(ErrorLogInterval) || !k.last.CompareAndSwap(last, at) {
 		k.suppressed.Add(1)
 		return
 	}

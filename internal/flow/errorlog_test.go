@@ -153,3 +153,31 @@ func TestErrorLogFirstLineHasNoSince(t *testing.T) {
 		}
 	}
 }
+
+// Callers racing over one kind's line write one line: a caller whose clock
+// was read before another's line was written (its time a little before
+// that line's) is counted, not written.
+func TestErrorLogRaceWritesOneLine(t *testing.T) {
+	lines := captureLog(t)
+	base := time.Now()
+	var el errorLog
+	r := httptest.NewRequest("GET", "/", nil)
+	fail := errors.New("redis down")
+	calls := 0
+	el.now = func() time.Time {
+		calls++
+		if calls == 1 {
+			// This caller's clock is read; before it goes on, another
+			// caller reads a later time and writes the line.
+			el.log(r, fail)
+			return base
+		}
+		return base.Add(time.Microsecond)
+	}
+	// The outer caller then finds a line written after its own time:
+	// counted, not written again.
+	el.log(r, fail)
+	if got := lines.all(); len(got) != 1 {
+		t.Errorf("two racing errors wrote %d lines, want 1:\n%s", len(got), strings.Join(got, "\n"))
+	}
+}
