@@ -121,18 +121,28 @@ func gaveUp(ctx context.Context) bool {
 	return ok && !time.Now().Before(d)
 }
 
-// failed answers a decision that Redis did not make, with err: cut short
-// when the caller's own context ended it (whether or not Redis was asked:
-// a canceled caller is not even sent), by the failure mode otherwise.
+// failed answers a decision (or a Peek) that Redis did not make, with err,
+// by the failure mode; or, when the caller's own context ended it
+// (canceled, or past its own deadline; whether or not Redis was asked: a
+// canceled caller is not even sent), cut short: not admitted, whatever the
+// failure mode, and nothing taken from the twin. The caller is gone, and
+// Redis may yet count its decision; a failure mode admitting it (fail
+// open, or the twin's own budget with FailLocal) would let through, while
+// Redis is healthy and denying, every caller that sets a deadline shorter
+// than Redis's answer takes: one a client may choose (a gRPC deadline). To
+// bound how long a decision may take, WithTimeout is the limiter's own
+// timeout, after which the failure mode decides. A Peek gets the answer an
+// Allow would.
 func (l *Limiter) failed(ctx context.Context, key string, consume bool, n int, err error) (Result, error) {
 	if gaveUp(ctx) {
-		return l.cutShort(key, consume, n, ctxErr(ctx))
+		return l.undecided(false), ctxErr(ctx)
 	}
 	return l.fallback(key, consume, n, err)
 }
 
 // fallback is the failure mode's answer to a decision Redis did not make:
-// the twin's (FailLocal), or admitted or not as the mode says.
+// the twin's (FailLocal), or admitted or not as the mode says; for a Peek,
+// what an Allow would get.
 func (l *Limiter) fallback(key string, consume bool, n int, err error) (Result, error) {
 	if l.local != nil {
 		if consume {
@@ -141,25 +151,7 @@ func (l *Limiter) fallback(key string, consume bool, n int, err error) (Result, 
 		}
 		return l.local.Peek(time.Now(), key), err
 	}
-	// A Peek gets the same answer as an Allow: what Allow would decide.
 	return l.undecided(l.opts.failure == FailOpen), err
-}
-
-// cutShort answers a decision that its caller's own context ended (canceled,
-// or past its own deadline) before Redis answered: not admitted, whatever
-// the failure mode, and nothing taken from the twin. The caller is gone,
-// and Redis may yet count its decision; a failure mode admitting it (fail
-// open, or the twin's own budget with FailLocal) would let through, while
-// Redis is healthy and denying, every caller that sets a deadline shorter
-// than Redis's answer takes: one a client may choose (a gRPC deadline). To
-// bound how long a decision may take, WithTimeout is the limiter's own
-// timeout, after which the failure mode decides. (A Peek gets the failure
-// mode's view, as for any failure.)
-func (l *Limiter) cutShort(key string, consume bool, n int, err error) (Result, error) {
-	if consume {
-		return l.undecided(false), err
-	}
-	return l.fallback(key, false, n, err)
 }
 
 // undecided is the Result of a decision (or a Peek) that neither Redis

@@ -122,3 +122,19 @@ func TestPeekAnswersAsAllowWhenRedisIsDown(t *testing.T) {
 		}
 	}
 }
+
+// A Peek its caller's context ended answers as an Allow cut short does:
+// not admitted, whatever the failure mode (on a key Redis denies, too).
+func TestPeekCutShortAnswersAsAllow(t *testing.T) {
+	lim := newOn(t, redistest.Client(t), GCRA, PerHour(1), WithFailureMode(FailOpen),
+		WithPrefix(fmt.Sprintf("peek-cut-%d", time.Now().UnixNano())))
+	ctx := context.Background()
+	lim.Allow(ctx, "k")
+	canceled, cancel := context.WithCancel(ctx)
+	cancel()
+	p, perr := lim.Peek(canceled, "k")
+	a, aerr := lim.Allow(canceled, "k")
+	if !errors.Is(perr, context.Canceled) || !errors.Is(aerr, context.Canceled) || p.Allowed || a.Allowed {
+		t.Errorf("canceled: Peek %+v %v, Allow %+v %v; want both not allowed, context.Canceled", p, perr, a, aerr)
+	}
+}

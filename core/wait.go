@@ -44,7 +44,7 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int) error {
 		res, err := l.AllowN(ctx, key, n)
 		if err != nil && res.Rules == nil {
 			// Nothing decided: a failure mode without a twin, or a call cut
-			// short by ctx (see cutShort). What the twin decided (Rules),
+			// short by ctx (see failed). What the twin decided (Rules),
 			// ctx ending just after or not, goes on below.
 			return err
 		}
