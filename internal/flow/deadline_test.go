@@ -46,8 +46,9 @@ func admit(f *Flow, ctx context.Context) (*httptest.ResponseRecorder, bool) {
 // Redis decides, or before its LeakyBucket turn, is answered 503 and
 // reported: not left an empty 200 without being served. A request whose
 // client has gone, during the decision or while held, is answered 499
-// (client closed request) with no body and no rate-limit headers, so
-// that an access log does not record it as served.
+// (client closed request) with no body, so that an access log does not
+// record it as served: no rate-limit headers during the decision, and
+// those of its counted place when held.
 func TestRequestDeadline(t *testing.T) {
 	bg := context.Background()
 	past, cancel := context.WithDeadline(bg, time.Now().Add(-time.Second))
