@@ -85,7 +85,8 @@
 //	route:(no route)                Route, for a request that matched no route
 //	join:<key>|<key>                Join ('\' and '|' in a part escaped with '\')
 //
-// A header value is always hashed (it is often a secret). A user id,
+// A header value is always hashed (it is often a secret; the hash has no
+// secret of its own, so a guessable value is not hidden). A user id,
 // context value or route longer than 64 bytes, or containing anything but
 // printable ASCII, never appears raw either: it is replaced
 // by the first 16 bytes of its SHA-256 in hex, and the kind is followed by

@@ -32,7 +32,11 @@ import (
 // The value is always hashed: "hdr#x-api-key:" followed by 32 hex digits of
 // its SHA-256. Header values are often secrets, and a key name in Redis is
 // visible to anyone who can list the keys; hashing also bounds the key, so a
-// 1 MB header makes a 46-byte key. An absent or empty header is an ErrNoKey.
+// 1 MB header makes a 46-byte key. The hash has no secret (every instance
+// must make the same key), so it hides a value with enough entropy, an API
+// key or a token, but not a guessable one: do not key by a header carrying
+// a password (Authorization: Basic). An absent or empty header is an
+// ErrNoKey.
 // Header panics on an empty or invalid header name.
 func Header(name string) Func {
 	key := canonicalHeader("Header", name)
@@ -94,8 +98,10 @@ func User() Func {
 
 // ContextValue returns the Func keying a request by the value stored in its
 // context under key, for authentication middleware that keeps the user (or
-// tenant, or session) under its own key: "ctx:<value>", hashed as
-// "ctx#<32 hex digits>" when longer than 64 bytes or not printable ASCII.
+// tenant) under its own key: "ctx:<value>", hashed as "ctx#<32 hex digits>"
+// when longer than 64 bytes or not printable ASCII. The value is otherwise
+// stored in clear in the Redis key name: key by an identity, not by a
+// secret (a session id), which anyone listing the keys would read.
 //
 // The value may be a string, any integer type or a fmt.Stringer, of a
 // named type too (type UserID int64); a missing (nil) value or an empty

@@ -167,7 +167,10 @@ func WithLimiterOptions(opts ...core.Option) Option { return flow.WithLimiterOpt
 // the first error of each kind (a failed decision, a key error, a request
 // past its deadline, a cost over the limit, no limiter) at once, then at
 // most one line per kind every 10 seconds, whose "suppressed" attribute
-// counts the errors of that kind left out since the line before.
+// counts the errors of that kind left out since the line before. A line
+// names the error, its kind and the request's method and path (not its
+// query nor its headers): where paths carry secrets (a reset token), log
+// with a handler of your own.
 //
 // A nil f panics at construction.
 func WithErrorHandler(f func(r *http.Request, err error)) Option { return flow.WithErrorHandler(f) }
