@@ -87,8 +87,12 @@ func kindOf(err error) int {
 func (l *errorLog) log(r *http.Request, err error) {
 	kind := kindOf(err)
 	k := &l.kinds[kind]
+	// last is read before the clock: a line written in between fails the
+	// CompareAndSwap below, so a time before last can only be a clock gone
+	// back, or a race within a clock reading of another caller's.
+	last := k.last.Load()
 	now := l.now()
-	at, last := logTime(now), k.last.Load()
+	at := logTime(now)
 	// A time a little before the last line's is a race: a caller that read
 	// the clock before another wrote that line. One more than an interval
 	// before it is a clock without a monotonic reading that went back: the
