@@ -138,3 +138,25 @@ func TestPeekCutShortAnswersAsAllow(t *testing.T) {
 		t.Errorf("canceled: Peek %+v %v, Allow %+v %v; want both not allowed, context.Canceled", p, perr, a, aerr)
 	}
 }
+
+// A denial the deny cache holds is what Allow answers while it lasts, with
+// Redis down too: so does Peek.
+func TestPeekAnswersFromTheDenyCache(t *testing.T) {
+	for _, mode := range []FailureMode{FailOpen, FailLocal} {
+		srv := redistest.StartT(t)
+		client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
+		defer client.Close()
+		lim := newOn(t, client, GCRA, PerHour(1), WithDenyCache(10), WithFailureMode(mode), WithTimeout(time.Second))
+		ctx := context.Background()
+		lim.Allow(ctx, "k")
+		if res, err := lim.Allow(ctx, "k"); err != nil || res.Allowed {
+			t.Fatalf("%v: second request %+v %v; want denied by Redis", mode, res, err)
+		}
+		srv.Stop()
+		a, aerr := lim.Allow(ctx, "k")
+		p, perr := lim.Peek(ctx, "k")
+		if a.Allowed || aerr != nil || p.Allowed != a.Allowed || (perr == nil) != (aerr == nil) {
+			t.Errorf("%v, Redis down, a denial cached: Allow %+v %v, Peek %+v %v; want the same, the cached denial", mode, a, aerr, p, perr)
+		}
+	}
+}

@@ -22,7 +22,8 @@ var ErrInvalidLimit = errors.New("sluice: invalid limit")
 // ErrInvalidConfig is wrapped by New, NewPolicy and NewLocal for a mistake
 // in what surrounds the limits: a nil client; an empty key prefix or one
 // holding '{' or '}'; an unknown FailureMode; negative WithHealthCheck,
-// WithDenyCache or WithMaxDelay values; no rules; a rule with an empty or
+// WithDenyCache or WithMaxDelay values; an empty WithKeyHashSecret (New
+// and NewPolicy; NewLocal ignores it); no rules; a rule with an empty or
 // duplicate name; and a rule with an empty or unknown Algorithm (the limit
 // of an unknown algorithm cannot be judged, so it is a configuration
 // mistake, not a limit's). The message names the problem.
@@ -303,6 +304,14 @@ func (l *Limiter) shadowed(res Result) (_ Result, shadow bool) {
 // the failure mode's (Allowed under FailOpen, Rules nil). In shadow mode it answers as Allow
 // does: admitted, with ShadowDenied set when the rules would deny.
 func (l *Limiter) Peek(ctx context.Context, key string) (Result, error) {
+	if l.denied != nil {
+		// A denial Redis made, cached: the answer Allow would give now,
+		// when Redis cannot be asked too.
+		if res, ok := l.denied.get(key, 1, time.Now()); ok {
+			res, _ = l.shadowed(res)
+			return res, nil
+		}
+	}
 	res, err := l.decide(ctx, key, false, 1)
 	res, _ = l.shadowed(res)
 	return res, err

@@ -102,7 +102,8 @@ func WithHealthHook(fn func(Health, error)) Option {
 // is keyed by a secret drawn when the process starts: stable within the
 // process only. Either way, a KeyHash tells nothing of its key to whoever
 // does not hold the secret; keep secret where it is as private as the keys
-// are (a client IP, a user id). An empty secret is an ErrInvalidConfig.
+// are (a client IP, a user id). An empty secret is an ErrInvalidConfig
+// (NewLocal, which has no observer, ignores the option).
 func WithKeyHashSecret(secret string) Option {
 	k := secretHashKey(secret)
 	return func(o *options) { o.keyHash, o.emptySecret = k, secret == "" }
