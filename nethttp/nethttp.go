@@ -70,8 +70,9 @@
 // their rules to the two fields, one list each, so the client sees every
 // limit that applies; a name already listed gets a suffix ("gcra-2", then
 // "-3"), the same in both fields. Retry-After is the largest of theirs.
-// The legacy X-RateLimit-* fields describe one rule only: the one with the
-// fewest requests remaining.
+// The legacy X-RateLimit-* fields describe one rule only: the deciding one
+// (the fewest requests remaining, or of a denial the longest wait), and of
+// stacked middlewares the one with fewer remaining.
 //
 // # Per-route limits
 //

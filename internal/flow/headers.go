@@ -65,18 +65,21 @@ func setHeaders(h http.Header, m HeaderMode, res core.Result, policy string, now
 		}
 	}
 	if m == HeadersLegacy || m == HeadersBoth {
-		limit, _ := Quota(res.Limit)
-		remaining := min(int64(max(res.Remaining, 0)), limit)
+		// The deciding rule, wholly: the one with the fewest remaining, or
+		// when denied the longest wait, which Retry-After is. (Of a denial
+		// of a cost above 1, another rule may have fewer left.)
+		quota, left, reset := res.Limit, res.Remaining, res.ResetAfter
+		for _, rr := range res.Rules {
+			if rr.Name == res.Rule {
+				quota, left, reset = rr.Limit, rr.Remaining, rr.ResetAfter
+				break
+			}
+		}
+		limit, _ := Quota(quota)
+		remaining := min(int64(max(left, 0)), limit)
 		if v := h[keyRemaining]; len(v) > 0 {
 			if prev, err := strconv.ParseInt(v[0], 10, 64); err == nil && prev < remaining {
 				return renamed // an outer middleware's rule is more restrictive
-			}
-		}
-		reset := res.ResetAfter
-		for _, rr := range res.Rules {
-			if rr.Name == res.Rule {
-				reset = rr.ResetAfter
-				break
 			}
 		}
 		// One string holds the three numbers, each value a substring of it.

@@ -297,3 +297,38 @@ func TestCeilSecondsOfTheLongestDuration(t *testing.T) {
 		}
 	}
 }
+
+// The legacy fields describe one rule: the deciding one. Denied a cost of
+// 5 by two rules, one with 1 left whose wait is short (6 a minute) and one
+// with 3 left whose wait is long (8 an hour), the client reads the hourly
+// rule's limit, remaining and reset, which Retry-After waits for: not its
+// limit beside the other rule's remaining.
+func TestLegacyHeadersDescribeTheDecidingRule(t *testing.T) {
+	rules := []core.Rule{
+		{Name: "minute", Algorithm: core.GCRA, Limit: core.PerMinute(6)},
+		{Name: "hour", Algorithm: core.GCRA, Limit: core.PerHour(8)},
+	}
+	lim, err := core.NewPolicy(redistest.Client(t), rules, core.WithTimeout(10*time.Second),
+		core.WithPrefix("legacy-decider-"+strconv.FormatInt(time.Now().UnixNano(), 36)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lim.Close()
+	f := New(lim, []Option{WithHeaders(HeadersLegacy), WithCost(func(*http.Request) int { return 5 })})
+	admit := func() *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest("GET", "/", nil)
+		req.RemoteAddr = "192.0.2.1:1"
+		f.Admit(rec, req, nil)
+		return rec
+	}
+	admit()
+	rec := admit()
+	h := rec.Header()
+	reset, _ := strconv.ParseInt(h.Get("X-RateLimit-Reset"), 10, 64)
+	wait := time.Until(time.Unix(reset, 0))
+	if rec.Code != http.StatusTooManyRequests || h.Get("X-RateLimit-Limit") != "8" || h.Get("X-RateLimit-Remaining") != "3" || wait < 30*time.Minute {
+		t.Errorf("status %d, X-RateLimit-Limit %q, -Remaining %q, -Reset in %v; want 429 and the hourly rule's 8, 3 and about 37m",
+			rec.Code, h.Get("X-RateLimit-Limit"), h.Get("X-RateLimit-Remaining"), wait)
+	}
+}
