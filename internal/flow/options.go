@@ -201,7 +201,7 @@ func WithLimiterOptions(opts ...core.Option) Option {
 // A nil f panics at construction.
 func WithErrorHandler(f func(r *http.Request, err error)) Option {
 	return func(c *Config) {
-		c.setFunc(f == nil, "OnError", "WithErrorHandler", func() { c.OnError = f })
+		c.setFunc(f == nil, "OnError", "WithErrorHandler", func() { c.OnError, c.customOnError = f, true })
 	}
 }
 
