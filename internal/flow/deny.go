@@ -59,6 +59,7 @@ func DenyProblem(w http.ResponseWriter, _ *http.Request, res core.Result) {
 	}
 	body, _ := json.Marshal(p) // cannot fail: strings and ints only
 	h := w.Header()
+	h.Del("Content-Length") // may be for other content, as plainError says
 	h.Set("Content-Type", "application/problem+json")
 	h.Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(http.StatusTooManyRequests)

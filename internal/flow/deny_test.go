@@ -50,3 +50,14 @@ func denied() core.Result {
 	rr.Allowed, rr.RetryAfter = false, 2500*time.Millisecond
 	return core.Result{Limit: rr.Limit, Rule: rr.Name, RetryAfter: rr.RetryAfter, Rules: []core.RuleResult{rr}}
 }
+
+// A Content-Length set before the denial (by a middleware, for content of
+// its own) goes, as http.Error drops it: it would cut the body short.
+func TestDenyProblemDropsAContentLength(t *testing.T) {
+	rec := httptest.NewRecorder()
+	rec.Header().Set("Content-Length", "5")
+	DenyProblem(rec, httptest.NewRequest("GET", "/", nil), core.Result{RetryAfter: time.Second})
+	if cl := rec.Header().Get("Content-Length"); cl != "" {
+		t.Errorf("Content-Length %q kept for a %d-byte body", cl, rec.Body.Len())
+	}
+}
