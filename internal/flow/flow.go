@@ -330,28 +330,9 @@ func (f *Flow) Admit(w http.ResponseWriter, r *http.Request, rc any) bool {
 		return true
 	}
 	if err != nil {
-		switch ctxErr := r.Context().Err(); {
-		case errors.Is(ctxErr, context.Canceled):
-			return gone(w)
-		case ctxErr != nil:
-			// The request's own deadline (set by a middleware before this
-			// one) passed while Redis decided: too late to serve it.
-			return f.late(w, r, fmt.Errorf("sluice: the request's deadline passed during the rate-limit decision: %w", err))
+		if next, handled := f.decisionError(w, r, res, err, n); handled {
+			return next
 		}
-		if errors.Is(err, core.ErrCostExceedsLimit) {
-			c.OnError(r, err)
-			http.Error(w, fmt.Sprintf("request cost %d exceeds the rate limit", n), http.StatusRequestEntityTooLarge)
-			return false
-		}
-		err = &prefixError{"sluice: rate-limit decision failed: ", err}
-		if res.Rules == nil {
-			// Nothing decided: the failure mode does. (A limiter with
-			// FailLocal decides with its in-process twin and fills in
-			// Rules; that decision stands.) A limiter built with
-			// FailClosed denies, so it fails closed here too.
-			return f.fail(w, r, err, !res.Allowed)
-		}
-		c.OnError(r, err)
 	}
 	if res.Allowed && res.Delay > c.MaxHold {
 		res = overDelay(res, c.MaxHold)
@@ -379,18 +360,57 @@ func (f *Flow) Admit(w http.ResponseWriter, r *http.Request, rc any) bool {
 		return false
 	}
 	if res.Delay > 0 {
-		if d, ok := r.Context().Deadline(); ok && time.Until(d) < res.Delay {
-			// Its turn comes after the request's own deadline: answer now
-			// rather than hold it for nothing. (Its place in the bucket is
-			// taken: Redis has counted it.)
-			return f.late(w, r, fmt.Errorf("sluice: the request's deadline comes before its turn, %s from now", res.Delay))
+		return f.hold(w, r, res.Delay)
+	}
+	return true
+}
+
+// decisionError handles err, the error of r's decision res (of cost n): it
+// reports handled, with whether the next handler runs, when the request is
+// answered here (its client gone or its deadline passed, a cost no rule
+// admits, nothing decided: by the failure mode); when the in-process twin
+// decided (FailLocal), it reports the error and leaves res to Admit.
+func (f *Flow) decisionError(w http.ResponseWriter, r *http.Request, res core.Result, err error, n int) (next, handled bool) {
+	c := &f.cfg
+	switch ctxErr := r.Context().Err(); {
+	case errors.Is(ctxErr, context.Canceled):
+		return gone(w), true
+	case ctxErr != nil:
+		// The request's own deadline (set by a middleware before this
+		// one) passed while Redis decided: too late to serve it.
+		return f.late(w, r, fmt.Errorf("sluice: the request's deadline passed during the rate-limit decision: %w", err)), true
+	}
+	if errors.Is(err, core.ErrCostExceedsLimit) {
+		c.OnError(r, err)
+		http.Error(w, fmt.Sprintf("request cost %d exceeds the rate limit", n), http.StatusRequestEntityTooLarge)
+		return false, true
+	}
+	err = &prefixError{"sluice: rate-limit decision failed: ", err}
+	if res.Rules == nil {
+		// Nothing decided: the failure mode does. (A limiter with
+		// FailLocal decides with its in-process twin and fills in
+		// Rules; that decision stands.) A limiter built with
+		// FailClosed denies, so it fails closed here too.
+		return f.fail(w, r, err, !res.Allowed), true
+	}
+	c.OnError(r, err)
+	return false, false
+}
+
+// hold holds r, admitted with a LeakyBucket delay, until its turn, and
+// reports whether the next handler runs: not when its client goes away
+// meanwhile, nor when its own deadline comes first (answered at once
+// when it comes before the turn: Redis has counted it, so its place in the
+// bucket is taken whatever is done with it).
+func (f *Flow) hold(w http.ResponseWriter, r *http.Request, delay time.Duration) bool {
+	if d, ok := r.Context().Deadline(); ok && time.Until(d) < delay {
+		return f.late(w, r, fmt.Errorf("sluice: the request's deadline comes before its turn, %s from now", delay))
+	}
+	if err := f.cfg.Sleep(r.Context(), delay); err != nil {
+		if errors.Is(err, context.Canceled) {
+			return gone(w) // the client gave up while held
 		}
-		if err := c.Sleep(r.Context(), res.Delay); err != nil {
-			if errors.Is(err, context.Canceled) {
-				return gone(w) // the client gave up while held
-			}
-			return f.late(w, r, fmt.Errorf("sluice: the request's deadline passed while it waited its turn: %w", err))
-		}
+		return f.late(w, r, fmt.Errorf("sluice: the request's deadline passed while it waited its turn: %w", err))
 	}
 	return true
 }
