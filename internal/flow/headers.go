@@ -65,35 +65,41 @@ func setHeaders(h http.Header, m HeaderMode, res core.Result, policy string, now
 		}
 	}
 	if m == HeadersLegacy || m == HeadersBoth {
-		// The deciding rule, wholly: the one with the fewest remaining, or
-		// when denied the longest wait, which Retry-After is. (Of a denial
-		// of a cost above 1, another rule may have fewer left.)
-		quota, left, reset := res.Limit, res.Remaining, res.ResetAfter
-		for _, rr := range res.Rules {
-			if rr.Name == res.Rule {
-				quota, left, reset = rr.Limit, rr.Remaining, rr.ResetAfter
-				break
-			}
-		}
-		limit, _ := Quota(quota)
-		remaining := min(int64(max(left, 0)), limit)
-		if v := h[keyRemaining]; len(v) > 0 {
-			if prev, err := strconv.ParseInt(v[0], 10, 64); err == nil && prev < remaining {
-				return renamed // an outer middleware's rule is more restrictive
-			}
-		}
-		// One string holds the three numbers, each value a substring of it.
-		var buf [3 * 20]byte
-		b := strconv.AppendInt(buf[:0], limit, 10)
-		i := len(b)
-		b = strconv.AppendInt(b, remaining, 10)
-		j := len(b)
-		b = strconv.AppendInt(b, ceilUnix(now.Add(reset)), 10)
-		all := string(b)
-		vals := []string{all[:i], all[i:j], all[j:]}
-		h[keyLimit], h[keyRemaining], h[keyReset] = vals[0:1:1], vals[1:2:2], vals[2:3:3]
+		setLegacy(h, res, now)
 	}
 	return renamed
+}
+
+// setLegacy writes X-RateLimit-Limit, -Remaining and -Reset of res's
+// deciding rule, wholly: the one with the fewest remaining, or when denied
+// the longest wait, which Retry-After is. (Of a denial of a cost above 1,
+// another rule may have fewer left.) Fields set by a middleware before
+// this one stay when their rule has fewer remaining.
+func setLegacy(h http.Header, res core.Result, now time.Time) {
+	quota, left, reset := res.Limit, res.Remaining, res.ResetAfter
+	for _, rr := range res.Rules {
+		if rr.Name == res.Rule {
+			quota, left, reset = rr.Limit, rr.Remaining, rr.ResetAfter
+			break
+		}
+	}
+	limit, _ := Quota(quota)
+	remaining := min(int64(max(left, 0)), limit)
+	if v := h[keyRemaining]; len(v) > 0 {
+		if prev, err := strconv.ParseInt(v[0], 10, 64); err == nil && prev < remaining {
+			return // an outer middleware's rule is more restrictive
+		}
+	}
+	// One string holds the three numbers, each value a substring of it.
+	var buf [3 * 20]byte
+	b := strconv.AppendInt(buf[:0], limit, 10)
+	i := len(b)
+	b = strconv.AppendInt(b, remaining, 10)
+	j := len(b)
+	b = strconv.AppendInt(b, ceilUnix(now.Add(reset)), 10)
+	all := string(b)
+	vals := []string{all[:i], all[i:j], all[j:]}
+	h[keyLimit], h[keyRemaining], h[keyReset] = vals[0:1:1], vals[1:2:2], vals[2:3:3]
 }
 
 // addItems adds the items of rules to the RateLimit-Policy and RateLimit
