@@ -169,8 +169,12 @@ func WithLimiterOptions(opts ...core.Option) Option { return flow.WithLimiterOpt
 // most one line per kind every 10 seconds, whose "suppressed" attribute
 // counts the errors of that kind left out since the line before. A line
 // names the error, its kind and the request's method and path (not its
-// query nor its headers): where paths carry secrets (a reset token), log
-// with a handler of your own.
+// query; a key error quotes up to 40 bytes of the header value it could
+// not read): where paths carry secrets (a reset token), log with a handler
+// of your own. Under Chi, Gin and Echo, r.Pattern holds the matched route
+// in the handler only when another function of yours reads the request
+// (a key, cost, skip or limiter function, a deny handler): finding the
+// route costs every request, and errors are few.
 //
 // A nil f panics at construction.
 func WithErrorHandler(f func(r *http.Request, err error)) Option { return flow.WithErrorHandler(f) }

@@ -66,10 +66,9 @@ type Config struct {
 	// replace it to observe the delay without waiting.
 	Sleep func(ctx context.Context, d time.Duration) error
 
-	// customKey, customDeny and customOnError record that WithKey (or
-	// WithContextKey), WithDenyHandler and WithErrorHandler replaced the
-	// defaults (see Flow.ReadsRoute).
-	customKey, customDeny, customOnError bool
+	// customKey and customDeny record that WithKey (or WithContextKey) and
+	// WithDenyHandler replaced the defaults (see Flow.ReadsRoute).
+	customKey, customDeny bool
 
 	forLimiter limiterOption // the first option set that only a constructor's limiter takes (see MustNew)
 	prefixed   bool          // WithPrefix was given, "" included: core.New refuses ""
@@ -280,14 +279,14 @@ func Must[O ~func(*Config)](where string, client redis.UniversalClient, alg core
 
 // ReadsRoute reports whether a function of the user's sees the request
 // during the decision: a key function (WithKey, or a router-native one),
-// a cost, skip or limiter function, a deny or error handler. Only then do the
+// a cost, skip or limiter function, or a deny handler. Only then do the
 // router adapters set r.Pattern to the matched route while they decide
 // (for keyfunc.Route), since finding the route costs a router lookup per
 // request under some routers; with the defaults (the peer address as the
 // key) nothing reads it.
 func (f *Flow) ReadsRoute() bool {
 	c := &f.cfg
-	return c.customKey || c.customDeny || c.customOnError || c.Cost != nil || c.Skip != nil || c.LimiterFor != nil
+	return c.customKey || c.customDeny || c.Cost != nil || c.Skip != nil || c.LimiterFor != nil
 }
 
 // Admit runs the flow for r: it decides, sets the rate-limit headers on w,
