@@ -72,7 +72,7 @@
 // "-3"), the same in both fields. Retry-After is the largest of theirs.
 // The legacy X-RateLimit-* fields describe one rule only: the deciding one
 // (the fewest requests remaining, or of a denial the longest wait), and of
-// stacked middlewares the one with fewer remaining.
+// stacked middlewares the one that denies, or the one with fewer remaining.
 //
 // # Per-route limits
 //

@@ -74,7 +74,8 @@ func setHeaders(h http.Header, m HeaderMode, res core.Result, policy string, now
 // deciding rule, wholly: the one with the fewest remaining, or when denied
 // the longest wait, which Retry-After is. (Of a denial of a cost above 1,
 // another rule may have fewer left.) Fields set by a middleware before
-// this one stay when their rule has fewer remaining.
+// this one stay when their rule has fewer remaining and res admits: a
+// denial's are the ones its client must wait for.
 func setLegacy(h http.Header, res core.Result, now time.Time) {
 	quota, left, reset := res.Limit, res.Remaining, res.ResetAfter
 	for _, rr := range res.Rules {
@@ -85,7 +86,7 @@ func setLegacy(h http.Header, res core.Result, now time.Time) {
 	}
 	limit, _ := Quota(quota)
 	remaining := min(int64(max(left, 0)), limit)
-	if v := h[keyRemaining]; len(v) > 0 {
+	if v := h[keyRemaining]; len(v) > 0 && res.Allowed {
 		if prev, err := strconv.ParseInt(v[0], 10, 64); err == nil && prev < remaining {
 			return // an outer middleware's rule is more restrictive
 		}

@@ -332,3 +332,38 @@ func TestLegacyHeadersDescribeTheDecidingRule(t *testing.T) {
 			rec.Code, h.Get("X-RateLimit-Limit"), h.Get("X-RateLimit-Remaining"), wait)
 	}
 }
+
+// A denial's legacy fields are its deciding rule's, over an outer
+// middleware's that admitted with fewer remaining than the denying rule
+// has (a cost above 1): the client waits for the rule Retry-After names.
+func TestNestedLegacyHeadersOfADenial(t *testing.T) {
+	cost := WithCost(func(*http.Request) int { return 5 })
+	outer := New(miniLimiter(t, core.GCRA, core.PerMinute(12)), []Option{WithHeaders(HeadersLegacy), cost})
+	rules := []core.Rule{
+		{Name: "minute", Algorithm: core.GCRA, Limit: core.PerMinute(6)},
+		{Name: "hour", Algorithm: core.GCRA, Limit: core.PerHour(8)},
+	}
+	lim, err := core.NewPolicy(redistest.Client(t), rules, core.WithTimeout(10*time.Second),
+		core.WithPrefix("legacy-nested-"+strconv.FormatInt(time.Now().UnixNano(), 36)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lim.Close()
+	inner := New(lim, []Option{WithHeaders(HeadersLegacy), cost})
+	serve := func() *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest("GET", "/", nil)
+		if outer.Admit(rec, req, nil) {
+			inner.Admit(rec, req, nil)
+		}
+		return rec
+	}
+	serve()
+	rec := serve() // the outer admits, 2 left; the inner denies: the minute rule has 1 left, the hour 3
+	h := rec.Header()
+	reset, _ := strconv.ParseInt(h.Get("X-RateLimit-Reset"), 10, 64)
+	if rec.Code != http.StatusTooManyRequests || h.Get("X-RateLimit-Limit") != "8" || time.Until(time.Unix(reset, 0)) < 30*time.Minute {
+		t.Errorf("status %d, X-RateLimit-Limit %q, -Remaining %q, -Reset in %v; want 429 and the hourly rule's",
+			rec.Code, h.Get("X-RateLimit-Limit"), h.Get("X-RateLimit-Remaining"), time.Until(time.Unix(reset, 0)))
+	}
+}
