@@ -22,9 +22,10 @@ import (
 //
 // What the cache cannot see: a Reset made through another Limiter value,
 // in this process or another (this limiter's own Reset clears its entry),
-// and Remaining of the rules that did not deny, which refill meanwhile;
-// the cached answer keeps their Remaining as it was at the denial, never
-// higher than the truth.
+// and Remaining of the rules, which refill meanwhile: the cached answer
+// keeps a rule's Remaining as it was at the denial (the denied cost, at
+// least, for a rule that denied and whose own wait is over), never higher
+// than the truth.
 type denyCache struct {
 	shards [denyShards]denyShard
 	used   int // shards in use: fewer than denyShards for a smaller size
@@ -86,8 +87,9 @@ func (c *denyCache) get(key string, n int, now time.Time) (Result, bool) {
 	for i, rr := range e.res.Rules {
 		rr.RetryAfter = max(rr.RetryAfter-elapsed, 0)
 		rr.ResetAfter = max(rr.ResetAfter-elapsed, 0)
-		if rr.RetryAfter == 0 {
-			rr.Allowed = true // this rule's own wait is over
+		if rr.RetryAfter == 0 && !rr.Allowed {
+			// This rule's own wait is over: the denied cost fits it now.
+			rr.Allowed, rr.Remaining = true, max(rr.Remaining, e.n)
 		}
 		res.Rules[i] = rr
 	}

@@ -273,3 +273,23 @@ func TestDenyCacheEndsByRedisMillisecond(t *testing.T) {
 		}
 	}
 }
+
+// A rule that denied and whose own wait is over in a cached answer has at
+// least the denied cost left: its Remaining says so, a lower bound, as the
+// other rules' are.
+func TestDenyCacheRuleWaitOverHasTheCostLeft(t *testing.T) {
+	c := newDenyCache(100, time.Microsecond)
+	t0 := time.Unix(1000, 0)
+	denied := Result{Rule: "minute", RetryAfter: time.Minute, Rules: []RuleResult{
+		{Name: "second", RetryAfter: time.Second, ResetAfter: time.Second},
+		{Name: "minute", RetryAfter: time.Minute, ResetAfter: time.Minute},
+	}}
+	c.put("k", 2, denied, t0, 0)
+	res, ok := c.get("k", 2, t0.Add(1500*time.Millisecond))
+	if !ok {
+		t.Fatal("no cached answer within the minute")
+	}
+	if rr := res.Rules[0]; !rr.Allowed || rr.Remaining < 2 {
+		t.Errorf("the second's rule, its wait over: %+v; want allowed with at least the cost, 2, left", rr)
+	}
+}

@@ -299,9 +299,11 @@ func (l *Limiter) shadowed(res Result) (_ Result, shadow bool) {
 // Peek reports what Allow would decide for key right now, without changing
 // anything in Redis. Remaining counts the events admissible now (the peeked
 // one is not taken off); RetryAfter, when not allowed, is the time until one
-// event would be. When Redis cannot be asked, Peek returns the error with
-// what Allow would answer then: the twin's view with FailLocal, otherwise
-// the failure mode's (Allowed under FailOpen, Rules nil). In shadow mode it answers as Allow
+// event would be. A denial the deny cache holds (WithDenyCache) answers it
+// as it answers Allow, without asking Redis. When Redis cannot be asked,
+// Peek returns the error with what Allow would answer then: the twin's
+// view with FailLocal, otherwise the failure mode's (Allowed under
+// FailOpen, Rules nil). In shadow mode it answers as Allow
 // does: admitted, with ShadowDenied set when the rules would deny.
 func (l *Limiter) Peek(ctx context.Context, key string) (Result, error) {
 	if l.denied != nil {

@@ -153,8 +153,9 @@ func WithMaxDelay(d time.Duration) Option {
 // countdown is a lower bound, and once it ends Redis answers. A smaller
 // request always goes to Redis. What the cache cannot see is a Reset done
 // through another Limiter value, in this process or another (this
-// limiter's Reset clears its own entry), and the refill of the rules that
-// did not deny, whose Remaining it reports as at the denial.
+// limiter's Reset clears its own entry), and the refill of the rules,
+// whose Remaining it reports as at the denial (a rule that denied, once
+// its own wait is over, with the denied cost left at least).
 func WithDenyCache(size int) Option {
 	return func(o *options) { o.denyCache = size }
 }
