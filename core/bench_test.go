@@ -57,10 +57,7 @@ func BenchmarkAllow(b *testing.B) {
 // context deadlines (ContextTimeoutEnabled): a lone caller sends its own
 // call, with no handoff to a flusher.
 func BenchmarkAllowInline(b *testing.B) {
-	opt := redistest.Options(b)
-	opt.ContextTimeoutEnabled = true
-	c := redis.NewClient(opt)
-	defer c.Close()
+	c := ctxTimeoutClient(b)
 	ctx := context.Background()
 	lim := newBench(b, c, []Rule{{Name: "r", Algorithm: GCRA, Limit: PerHour(1 << 30)}})
 	b.ReportAllocs()

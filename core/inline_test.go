@@ -13,14 +13,22 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
+// ctxTimeoutClient returns a client of the test Redis with
+// ContextTimeoutEnabled: one that ends a command at its context's
+// deadline, on which a lone caller sends its own call (inline).
+func ctxTimeoutClient(tb testing.TB) *redis.Client {
+	opt := redistest.Options(tb)
+	opt.ContextTimeoutEnabled = true
+	c := redis.NewClient(opt)
+	tb.Cleanup(func() { c.Close() })
+	return c
+}
+
 // With a client that enforces context deadlines, a lone caller sends its
 // own call; concurrent callers still share pipelines, each with its own
 // answer, and a hung Redis still costs a caller no more than its timeout.
 func TestInlineSend(t *testing.T) {
-	opt := redistest.Options(t)
-	opt.ContextTimeoutEnabled = true
-	c := redis.NewClient(opt)
-	defer c.Close()
+	c := ctxTimeoutClient(t)
 	lim := newOn(t, c, TokenBucket, PerHour(200), WithPrefix(fmt.Sprintf("inline-%d", time.Now().UnixNano())))
 	if !lim.batch.inline {
 		t.Fatal("ContextTimeoutEnabled not detected")

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -134,10 +133,7 @@ func TestDenyCacheNotRefilledDuringReset(t *testing.T) {
 // A lone caller's Reset, on a client that ends commands at their
 // context's deadline, sends its DEL itself (inline): the key is forgotten.
 func TestResetInline(t *testing.T) {
-	opt := redistest.Options(t)
-	opt.ContextTimeoutEnabled = true
-	rdb := redis.NewClient(opt)
-	defer rdb.Close()
+	rdb := ctxTimeoutClient(t)
 	lim := newOn(t, rdb, FixedWindow, PerHour(2), WithPrefix(fmt.Sprintf("reset-inline-%d", time.Now().UnixNano())))
 	if !lim.batch.inline {
 		t.Fatal("the batcher does not send lone calls inline on this client")

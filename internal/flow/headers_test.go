@@ -111,14 +111,7 @@ func TestRemainingWithinQuota(t *testing.T) {
 func TestNestedHeaders(t *testing.T) {
 	outer := New(miniLimiter(t, core.GCRA, core.PerMinute(3)), []Option{WithHeaders(HeadersBoth)})
 	inner := New(miniLimiter(t, core.GCRA, core.PerMinute(1)), []Option{WithHeaders(HeadersBoth)})
-	serve := func() *httptest.ResponseRecorder {
-		rec := httptest.NewRecorder()
-		req := httptest.NewRequest("GET", "/", nil)
-		if outer.Admit(rec, req, nil) {
-			inner.Admit(rec, req, nil)
-		}
-		return rec
-	}
+	serve := nested(outer, inner)
 	rec := serve()
 	if got, want := rec.Header().Get("RateLimit-Policy"), `"gcra";q=3;w=60, "gcra-2";q=1;w=60`; got != want {
 		t.Errorf("RateLimit-Policy = %q, want %q", got, want)
@@ -138,6 +131,19 @@ func TestNestedHeaders(t *testing.T) {
 	}
 	if n := len(rec.Header().Values("RateLimit")); n != 1 {
 		t.Errorf("%d RateLimit fields, want one list", n)
+	}
+}
+
+// nested returns a function serving one request through outer, then, when
+// it admits, inner, as stacked middlewares do.
+func nested(outer, inner *Flow) func() *httptest.ResponseRecorder {
+	return func() *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest("GET", "/", nil)
+		if outer.Admit(rec, req, nil) {
+			inner.Admit(rec, req, nil)
+		}
+		return rec
 	}
 }
 
@@ -298,23 +304,29 @@ func TestCeilSecondsOfTheLongestDuration(t *testing.T) {
 	}
 }
 
+// minuteAndHour returns a policy, on the test Redis and keys of its own,
+// of 6 a minute ("minute") and 8 an hour ("hour"), both GCRA.
+func minuteAndHour(t *testing.T) *core.Limiter {
+	rules := []core.Rule{
+		{Name: "minute", Algorithm: core.GCRA, Limit: core.PerMinute(6)},
+		{Name: "hour", Algorithm: core.GCRA, Limit: core.PerHour(8)},
+	}
+	lim, err := core.NewPolicy(redistest.Client(t), rules, core.WithTimeout(10*time.Second),
+		core.WithPrefix("minute-hour-"+strconv.FormatInt(time.Now().UnixNano(), 36)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lim.Close() })
+	return lim
+}
+
 // The legacy fields describe one rule: the deciding one. Denied a cost of
 // 5 by two rules, one with 1 left whose wait is short (6 a minute) and one
 // with 3 left whose wait is long (8 an hour), the client reads the hourly
 // rule's limit, remaining and reset, which Retry-After waits for: not its
 // limit beside the other rule's remaining.
 func TestLegacyHeadersDescribeTheDecidingRule(t *testing.T) {
-	rules := []core.Rule{
-		{Name: "minute", Algorithm: core.GCRA, Limit: core.PerMinute(6)},
-		{Name: "hour", Algorithm: core.GCRA, Limit: core.PerHour(8)},
-	}
-	lim, err := core.NewPolicy(redistest.Client(t), rules, core.WithTimeout(10*time.Second),
-		core.WithPrefix("legacy-decider-"+strconv.FormatInt(time.Now().UnixNano(), 36)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lim.Close()
-	f := New(lim, []Option{WithHeaders(HeadersLegacy), WithCost(func(*http.Request) int { return 5 })})
+	f := New(minuteAndHour(t), []Option{WithHeaders(HeadersLegacy), WithCost(func(*http.Request) int { return 5 })})
 	admit := func() *httptest.ResponseRecorder {
 		rec := httptest.NewRecorder()
 		req := httptest.NewRequest("GET", "/", nil)
@@ -339,25 +351,8 @@ func TestLegacyHeadersDescribeTheDecidingRule(t *testing.T) {
 func TestNestedLegacyHeadersOfADenial(t *testing.T) {
 	cost := WithCost(func(*http.Request) int { return 5 })
 	outer := New(miniLimiter(t, core.GCRA, core.PerMinute(12)), []Option{WithHeaders(HeadersLegacy), cost})
-	rules := []core.Rule{
-		{Name: "minute", Algorithm: core.GCRA, Limit: core.PerMinute(6)},
-		{Name: "hour", Algorithm: core.GCRA, Limit: core.PerHour(8)},
-	}
-	lim, err := core.NewPolicy(redistest.Client(t), rules, core.WithTimeout(10*time.Second),
-		core.WithPrefix("legacy-nested-"+strconv.FormatInt(time.Now().UnixNano(), 36)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lim.Close()
-	inner := New(lim, []Option{WithHeaders(HeadersLegacy), cost})
-	serve := func() *httptest.ResponseRecorder {
-		rec := httptest.NewRecorder()
-		req := httptest.NewRequest("GET", "/", nil)
-		if outer.Admit(rec, req, nil) {
-			inner.Admit(rec, req, nil)
-		}
-		return rec
-	}
+	inner := New(minuteAndHour(t), []Option{WithHeaders(HeadersLegacy), cost})
+	serve := nested(outer, inner)
 	serve()
 	rec := serve() // the outer admits, 2 left; the inner denies: the minute rule has 1 left, the hour 3
 	h := rec.Header()
