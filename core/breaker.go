@@ -94,6 +94,9 @@ type changeReporter interface {
 func (h *health) note(s Health, err error, change func()) (deliver bool) {
 	h.hookMu.Lock()
 	defer h.hookMu.Unlock()
+	if h.stopped.Load() {
+		return false // closed: no breaker to change, nobody to tell (see close)
+	}
 	if change != nil {
 		change()
 	}
@@ -164,10 +167,20 @@ func (h *health) recover() {
 	}
 }
 
-// close stops the breaker for good: a probe running ends at its next pause,
-// and no failure opens it again.
+// close stops the breaker for good: it is closed (decisions go to Redis),
+// a probe running ends at its next pause, or when it returns without
+// changing anything or telling anyone (see note), and no failure opens it
+// again. stopped is set with hookMu held: a change noted before is
+// reported, none after.
 func (h *health) close() {
-	if h.stopped.CompareAndSwap(false, true) {
+	h.hookMu.Lock()
+	first := h.stopped.CompareAndSwap(false, true)
+	h.hookMu.Unlock()
+	if first {
 		close(h.stop)
 	}
+	// Also when a probe has ended and left it open (the client closed): no
+	// breaker. A failure racing this may open it again a moment, until its
+	// probe finds stop closed.
+	h.open.Store(false)
 }

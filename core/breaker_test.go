@@ -17,6 +17,13 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
+// probing reports whether a breaker's probe (health.recover) runs, in any
+// limiter of the process.
+func probing() bool {
+	buf := make([]byte, 1<<20)
+	return strings.Contains(string(buf[:runtime.Stack(buf, true)]), "core.(*health).recover")
+}
+
 // Once the breaker opens, recover probes until Redis answers. A client that
 // has been closed never answers again ("redis: client is closed"), so the
 // probe goroutine, holding the whole Limiter, runs forever: a goroutine
@@ -29,16 +36,87 @@ func TestBreakerProbeStopsWhenClientIsClosed(t *testing.T) {
 		t.Fatal("the breaker did not open")
 	}
 	c.Close()
-	probing := func() bool {
-		buf := make([]byte, 1<<20)
-		return strings.Contains(string(buf[:runtime.Stack(buf, true)]), "core.(*health).recover")
-	}
 	for deadline := time.Now().Add(5 * time.Second); probing(); {
 		if time.Now().After(deadline) {
 			t.Error("the health probe still runs 5s after the client was closed (probes every 50ms, forever)")
 			return
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A limiter closed after its client was (its probe ended on "client is
+// closed", the breaker left open) has no breaker any more, as Close says:
+// Healthy, and its decisions ask Redis.
+func TestCloseAfterTheClientClosesLeavesNoBreaker(t *testing.T) {
+	c := redistest.RefusedClient(t)
+	lim := newOn(t, c, GCRA, PerSecond(1), WithHealthCheck(1, 50*time.Millisecond))
+	lim.Allow(context.Background(), "k")
+	if lim.Health() != Unhealthy {
+		t.Fatal("the breaker did not open")
+	}
+	c.Close()
+	for deadline := time.Now().Add(5 * time.Second); probing(); {
+		if time.Now().After(deadline) {
+			t.Fatal("the health probe still runs 5s after the client was closed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	lim.Close()
+	if h := lim.Health(); h != Healthy {
+		t.Errorf("closed limiter: Health %v, want Healthy (no breaker)", h)
+	}
+	if _, err := lim.Allow(context.Background(), "k"); errors.Is(err, ErrUnavailable) {
+		t.Errorf("closed limiter: %v; want the client's own error, no breaker", err)
+	}
+}
+
+// A probe that succeeds while Close runs tells the hook nothing: Close
+// ends the reports.
+func TestProbeInFlightAtCloseTellsTheHookNothing(t *testing.T) {
+	srv := redistest.StartT(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
+	defer c.Close()
+	var closed atomic.Bool
+	var after atomic.Int32
+	lim := newOn(t, c, GCRA, PerSecond(100), WithHealthCheck(1, 50*time.Millisecond), WithTimeout(time.Second),
+		WithHealthHook(func(Health, error) {
+			if closed.Load() {
+				after.Add(1)
+			}
+		}))
+	inProbe, release := make(chan struct{}, 1), make(chan struct{})
+	var held atomic.Bool
+	probe := lim.health.probe
+	lim.health.probe = func(ctx context.Context) error {
+		if held.CompareAndSwap(false, true) {
+			inProbe <- struct{}{}
+			<-release
+		}
+		return probe(ctx)
+	}
+	ctx := context.Background()
+	lim.Allow(ctx, "k")
+	srv.Stop()
+	lim.Allow(ctx, "k") // the breaker opens
+	if lim.Health() != Unhealthy {
+		t.Fatal("the breaker did not open")
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	<-inProbe // a probe has started; Redis is back
+	closed.Store(true)
+	lim.Close()
+	close(release)
+	for deadline := time.Now().Add(5 * time.Second); probing(); {
+		if time.Now().After(deadline) {
+			t.Fatal("the health probe still runs 5s after Close")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := after.Load(); n != 0 || lim.Health() != Healthy {
+		t.Errorf("after Close: the hook told %d time(s), Health %v; want never, Healthy", n, lim.Health())
 	}
 }
 

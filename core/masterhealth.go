@@ -33,7 +33,7 @@ type masterHealth struct {
 
 	// open counts the breakers open, as their hooks report it: while it
 	// is 0, a decision looks for no master's breaker before it is sent.
-	// (A breaker stopped by Close ends open without reporting.)
+	// (Close stops every breaker, closed, without reporting, then sets 0.)
 	open atomic.Int32
 }
 
@@ -139,12 +139,12 @@ func (m *masterHealth) unhealthy() bool {
 	return false
 }
 
-// close stops every master's breaker for good. (A stopped breaker ends
-// open without reporting: decisions no longer look for their master's.)
+// close stops every master's breaker for good, each closed without
+// reporting (see health.close), then counts none open: a breaker's report
+// racing this one comes before its breaker stops, or not at all.
 func (m *masterHealth) close() {
 	m.mu.Lock()
 	m.closed = true
-	m.open.Store(0)
 	by := m.byAddr.Load()
 	m.mu.Unlock()
 	if by != nil {
@@ -152,6 +152,7 @@ func (m *masterHealth) close() {
 			h.close()
 		}
 	}
+	m.open.Store(0)
 }
 
 // healthChanges reports a limiter's changes of health to its hook, one at
