@@ -170,8 +170,9 @@ func (h *health) recover() {
 // close stops the breaker for good: it is closed (decisions go to Redis),
 // a probe running ends at its next pause, or when it returns without
 // changing anything or telling anyone (see note), and no failure opens it
-// again. stopped is set with hookMu held: a change noted before is
-// reported, none after.
+// again. stopped is set with hookMu held: no change is noted after it.
+// (Limiter.Close drops what was noted before and not yet handed to the
+// hook: see healthChanges.close.)
 func (h *health) close() {
 	h.hookMu.Lock()
 	first := h.stopped.CompareAndSwap(false, true)

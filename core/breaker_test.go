@@ -512,3 +512,28 @@ func TestProbeRefusedItsKeyKeepsTheBreakerOpen(t *testing.T) {
 		t.Errorf("a decision while the probe is refused: %v; want an error naming NOPERM", err)
 	}
 }
+
+// A change noted before Close but not yet handed to the hook is dropped:
+// here the probe's Healthy, queued while the hook, told Unhealthy, works,
+// and then closes the limiter itself.
+func TestCloseDropsTheChangesQueued(t *testing.T) {
+	var mu sync.Mutex
+	var told []Health
+	var lim *Limiter
+	lim = newOn(t, redistest.Client(t), GCRA, PerSecond(100), WithHealthCheck(1, 50*time.Millisecond),
+		WithHealthHook(func(h Health, _ error) {
+			mu.Lock()
+			told = append(told, h)
+			mu.Unlock()
+			if h == Unhealthy {
+				time.Sleep(300 * time.Millisecond) // Redis is up: the probe queues Healthy meanwhile
+				lim.Close()
+			}
+		}))
+	lim.health.failure(errors.New("a decision failed")) // as decide does on a timeout
+	mu.Lock()
+	defer mu.Unlock()
+	if len(told) != 1 || told[0] != Unhealthy {
+		t.Errorf("the hook was told %v; want Unhealthy alone, nothing after its Close", told)
+	}
+}

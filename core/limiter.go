@@ -176,11 +176,13 @@ func (l *Limiter) Rules() []Rule {
 // nothing to send. It does not close the Redis client, which is the
 // caller's. A closed limiter still decides, always by asking Redis (the
 // failure mode still decides each call that fails), with no breaker: its
-// Health is Healthy, and its health hook is told nothing more.
+// Health is Healthy, and its health hook is told nothing more (a call of
+// the hook already under way may end after Close returns).
 // Limiters built and dropped at run time (one per tenant, say) should be
 // closed; one that lives as long as the process need not be. Close may be
 // called more than once.
 func (l *Limiter) Close() error {
+	l.changes.close()
 	l.health.close()
 	if l.masters != nil {
 		l.masters.close()

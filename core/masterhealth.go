@@ -140,8 +140,8 @@ func (m *masterHealth) unhealthy() bool {
 }
 
 // close stops every master's breaker for good, each closed without
-// reporting (see health.close), then counts none open: a breaker's report
-// racing this one comes before its breaker stops, or not at all.
+// reporting (see health.close), then counts none open: a breaker's change
+// racing this one is counted before its breaker stops, or not at all.
 func (m *masterHealth) close() {
 	m.mu.Lock()
 	m.closed = true
@@ -173,6 +173,17 @@ type healthChanges struct {
 	fn         func(Health, error)
 	queue      []healthChange
 	delivering bool
+	closed     bool // Close was called: nothing more is queued or delivered
+}
+
+// close drops what is queued and ends the reports: a change noted before
+// Close but not yet handed to the hook never is. (One handed to it, its
+// call under way, may end after Close returns: Close cannot wait for it,
+// as the hook may be what calls Close.)
+func (c *healthChanges) close() {
+	c.mu.Lock()
+	c.closed, c.queue = true, nil
+	c.mu.Unlock()
 }
 
 type healthChange struct {
@@ -192,7 +203,7 @@ func (c *healthChanges) note(s Health, err error) (deliver bool) {
 	} else {
 		c.open--
 	}
-	if c.fn == nil || (before == 0) == (c.open == 0) {
+	if c.fn == nil || c.closed || (before == 0) == (c.open == 0) {
 		return false
 	}
 	c.queue = append(c.queue, healthChange{s, err})
@@ -220,7 +231,7 @@ func (c *healthChanges) deliver() {
 	}()
 	for {
 		c.mu.Lock()
-		if len(c.queue) == 0 {
+		if len(c.queue) == 0 || c.closed {
 			c.queue, c.delivering, done = nil, false, true
 			c.mu.Unlock()
 			break
