@@ -153,6 +153,10 @@ func isPlain(v string) bool {
 // without an error.
 var errEmptyPart = &KeyError{Source: "join", Err: detail(ErrNoKey, "a part's key is empty")}
 
+// errEmptyAlternative is FirstOf's, for an alternative whose Func returned
+// an empty key without an error.
+var errEmptyAlternative = &KeyError{Source: "first-of", Err: detail(ErrNoKey, "an alternative's key is empty")}
+
 // Join returns a Func whose key combines the keys of all fs, in order, such
 // as the authenticated user and the route:
 //
@@ -214,8 +218,10 @@ func writeEscaped(b *strings.Builder, s string) {
 // (a header the client can fill with anything: see Header for why an
 // unchecked API key needs a per-IP limiter in front). Any other error (a garbage address from a trusted proxy, a malformed
 // header) is returned at once and does not fall through: a client must not be
-// able to pick the strategy that suits it by sending a broken value. When
-// every Func reports ErrNoKey, FirstOf returns the last of those errors.
+// able to pick the strategy that suits it by sending a broken value. A Func
+// of your own that returns an empty key without an error counts as
+// ErrNoKey. When every Func reports ErrNoKey, FirstOf returns the last of
+// those errors.
 //
 // The keys of the strategies in this package carry distinct prefixes, so a
 // key found by one alternative never collides with a key of another.
@@ -227,6 +233,9 @@ func FirstOf(fs ...Func) Func {
 		var last error
 		for _, f := range fs {
 			k, err := f(r)
+			if err == nil && k == "" {
+				err = errEmptyAlternative // a Func of the caller's: no key
+			}
 			if err == nil {
 				return k, nil
 			}

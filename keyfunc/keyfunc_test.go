@@ -86,6 +86,15 @@ func TestFirstOf(t *testing.T) {
 	runKeyCases(t, FirstOf(User(), Header("X-API-Key")), []keyCase{
 		{name: "all missing: last ErrNoKey", req: newRequest("203.0.113.7:1"), wantErr: ErrNoKey},
 	})
+	// A Func of the caller's that returns an empty key without an error
+	// has no key: FirstOf goes on, as for ErrNoKey.
+	empty := Func(func(*http.Request) (string, error) { return "", nil })
+	if k, err := FirstOf(empty, constKey("k"))(nil); k != "k" || err != nil {
+		t.Errorf("FirstOf(empty, k) = %q, %v; want the next Func's key", k, err)
+	}
+	if k, err := FirstOf(empty)(nil); k != "" || !errors.Is(err, ErrNoKey) {
+		t.Errorf("FirstOf(empty) = %q, %v; want ErrNoKey", k, err)
+	}
 	malformed := &KeyError{Source: "X", Err: ErrMalformedHeader}
 	if _, err := FirstOf(failing(malformed), constKey("k"))(nil); err != malformed {
 		t.Errorf("FirstOf fell through a malformed header: %v", err)
