@@ -235,8 +235,15 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
 // decides.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int) (Result, error) {
 	if err := checkCost(l.rules, "AllowN", n); err != nil {
-		l.observe(Event{Outcome: OutcomeError, Err: err}, key, n, time.Now())
-		return Result{}, err
+		var res Result
+		if l.opts.shadow {
+			// Never denied, a cost refused before Redis is asked included:
+			// admitted, the error returned, as on any failure.
+			res = l.undecided(true)
+			res.ShadowDenied = errors.Is(err, ErrCostExceedsLimit)
+		}
+		l.observe(Event{Outcome: OutcomeError, Allowed: res.Allowed, Shadow: res.ShadowDenied, Err: err}, key, n, time.Now())
+		return res, err
 	}
 	var start time.Time
 	if l.opts.observer != nil || l.denied != nil {

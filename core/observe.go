@@ -44,8 +44,8 @@ func (o Outcome) String() string {
 // process given the same WithKeyHashSecret.
 type Event struct {
 	Outcome Outcome
-	// Allowed is what the caller was told: in shadow mode true, but for a
-	// cost refused before Redis is asked (see OutcomeError).
+	// Allowed is what the caller was told: in shadow mode true, a cost
+	// refused before Redis is asked included (see OutcomeError).
 	Allowed bool
 	// Shadow is set in shadow mode when the rules would have denied:
 	// Redis's (OutcomeDenied), or the in-process twin's while Redis could

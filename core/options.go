@@ -125,7 +125,10 @@ func WithObserver(fn func(Event)) Option {
 // Use it to roll out a new limit and watch what it would do. Admitted
 // requests consume as usual, so the counts are the real ones. Nothing waits
 // either: Delay is 0 and WaitN never sleeps; and when Redis cannot be asked,
-// the request is admitted whatever the FailureMode, the error returned.
+// the request is admitted whatever the FailureMode, the error returned, as
+// is an AllowN whose cost is refused before Redis is asked (more than a
+// rule can ever admit: ShadowDenied set; or below 1). WaitN still returns
+// such a cost's error at once.
 func WithShadow() Option {
 	return func(o *options) { o.shadow = true }
 }

@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -122,5 +123,19 @@ func TestShadowPeekAnswersAsAllow(t *testing.T) {
 	leaky.Allow(ctx, "k")
 	if p, err := leaky.Peek(ctx, "k"); err != nil || !p.Allowed || p.Delay != 0 {
 		t.Errorf("Peek of a LeakyBucket in shadow mode: %+v %v; want admitted with no Delay", p, err)
+	}
+}
+
+// A shadow limiter never denies, a cost no rule can ever admit included:
+// admitted, marked, with the error, which the observer sees too.
+func TestShadowAdmitsACostOverTheLimit(t *testing.T) {
+	var events []Event
+	lim := newOn(t, redistest.RefusedClient(t), GCRA, PerSecond(2), WithShadow(), WithObserver(func(e Event) { events = append(events, e) }))
+	res, err := lim.AllowN(context.Background(), "k", 3)
+	if !errors.Is(err, ErrCostExceedsLimit) || !res.Allowed || !res.ShadowDenied {
+		t.Errorf("AllowN(3) of 2 a second, shadow: %+v %v; want admitted, ShadowDenied, ErrCostExceedsLimit", res, err)
+	}
+	if len(events) != 1 || events[0].Outcome != OutcomeError || !events[0].Allowed || !events[0].Shadow {
+		t.Errorf("events %+v; want one error event, Allowed and Shadow", events)
 	}
 }

@@ -381,6 +381,9 @@ func (f *Flow) decisionError(w http.ResponseWriter, r *http.Request, res core.Re
 	}
 	if errors.Is(err, core.ErrCostExceedsLimit) {
 		c.OnError(r, err)
+		if res.Allowed {
+			return true, true // a limiter built with core.WithShadow never denies
+		}
 		http.Error(w, fmt.Sprintf("request cost %d exceeds the rate limit", n), http.StatusRequestEntityTooLarge)
 		return false, true
 	}

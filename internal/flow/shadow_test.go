@@ -28,4 +28,12 @@ func TestShadowNeverDenies(t *testing.T) {
 	if rec, next := admit(shadowed, context.Background()); !next || rec.Header().Get("RateLimit") != "" || rec.Header().Get("Retry-After") != "" {
 		t.Errorf("core shadow limiter, would-be denial: next %v, headers %v; want served without rate-limit headers", next, rec.Header())
 	}
+	// A cost no rule can admit is an error, reported; a shadow limiter
+	// serves it all the same (a 413 would deny).
+	heavy := New(miniLimiter(t, core.GCRA, core.PerMinute(5), core.WithShadow()),
+		[]Option{WithCost(func(*http.Request) int { return 10 }), WithErrorHandler(log.hook)})
+	if rec, next := admit(heavy, context.Background()); !next || rec.Code != http.StatusOK || rec.Header().Get("RateLimit") != "" || log.count() != 3 {
+		t.Errorf("core shadow limiter, cost over the limit: next %v, status %d, headers %v, %d error(s); want served without headers, reported",
+			next, rec.Code, rec.Header(), log.count())
+	}
 }
