@@ -124,7 +124,8 @@ func WithObserver(fn func(Event)) Option {
 // Result.ShadowDenied, and observers see it as denied with Event.Shadow.
 // Use it to roll out a new limit and watch what it would do. Admitted
 // requests consume as usual, so the counts are the real ones. Nothing waits
-// either: Delay is 0 and WaitN never sleeps; and when Redis cannot be asked,
+// either: Delay is 0 and WaitN never sleeps (Result.Rules keep each rule's
+// own view, its Allowed and Delay, to show what it would have done); and when Redis cannot be asked,
 // the request is admitted whatever the FailureMode, the error returned, as
 // is an AllowN whose cost is refused before Redis is asked (more than a
 // rule can ever admit: ShadowDenied set; or below 1). WaitN still returns
