@@ -176,8 +176,9 @@ func (l *Limiter) Rules() []Rule {
 // nothing to send. It does not close the Redis client, which is the
 // caller's. A closed limiter still decides, always by asking Redis (the
 // failure mode still decides each call that fails), with no breaker: its
-// Health is Healthy, and its health hook is told nothing more (a call of
-// the hook already under way may end after Close returns).
+// Health is Healthy, and its health hook is told nothing more (but for a
+// change already being handed to it, which may reach it once after Close
+// returns).
 // Limiters built and dropped at run time (one per tenant, say) should be
 // closed; one that lives as long as the process need not be. Close may be
 // called more than once.
@@ -238,9 +239,15 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int) (Result, error)
 		var res Result
 		if l.opts.shadow {
 			// Never denied, a cost refused before Redis is asked included:
-			// admitted, the error returned, as on any failure.
+			// admitted, the error returned, as on any failure, naming the
+			// rule that can never admit it (as the error does), if any.
 			res = l.undecided(true)
-			res.ShadowDenied = errors.Is(err, ErrCostExceedsLimit)
+			for _, r := range l.rules {
+				if n > r.capacity {
+					res.Limit, res.Rule, res.ShadowDenied = r.Limit, r.Name, true
+					break
+				}
+			}
 		}
 		l.observe(Event{Outcome: OutcomeError, Allowed: res.Allowed, Shadow: res.ShadowDenied, Err: err}, key, n, time.Now())
 		return res, err

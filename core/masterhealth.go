@@ -177,9 +177,10 @@ type healthChanges struct {
 }
 
 // close drops what is queued and ends the reports: a change noted before
-// Close but not yet handed to the hook never is. (One handed to it, its
-// call under way, may end after Close returns: Close cannot wait for it,
-// as the hook may be what calls Close.)
+// Close and still queued never reaches the hook. (One a deliverer has
+// already taken from the queue is still handed to it, once, and that call
+// may begin after Close returns: Close cannot wait for it, as the hook
+// may be what calls Close.)
 func (c *healthChanges) close() {
 	c.mu.Lock()
 	c.closed, c.queue = true, nil
@@ -219,8 +220,8 @@ func (c *healthChanges) note(s Health, err error) (deliver bool) {
 // then the (first) panic goes on up the deliverer's goroutine: a caller's
 // or the probe's, whichever is delivering (see WithHealthHook). Should it
 // end its goroutine (runtime.Goexit), the changes after it are delivered
-// on the way out. No change is dropped or left waiting, and none is
-// delivered on a goroutine made for it.
+// on the way out. No change is dropped or left waiting, but those Close
+// drops (see close), and none is delivered on a goroutine made for it.
 func (c *healthChanges) deliver() {
 	var first any
 	panicked, done := false, false

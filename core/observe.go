@@ -13,9 +13,10 @@ const (
 	OutcomeDenied
 	// OutcomeError: Redis could not be asked; FailOpen or FailClosed
 	// decided, or the caller's own context ended the decision (not
-	// admitted, whatever the failure mode). Also a request refused
-	// before Redis is asked: a cost no rule can ever admit (Err wraps
-	// ErrCostExceedsLimit) or below 1; its Rule is then empty.
+	// admitted, whatever the failure mode). Also a request whose cost is
+	// refused before Redis is asked (admitted in shadow mode): a cost no
+	// rule can ever admit (Err wraps ErrCostExceedsLimit) or below 1; its
+	// Rule is then empty.
 	OutcomeError
 	// OutcomeFallback: Redis could not be asked; the in-process twin
 	// decided (FailLocal), admitting or denying (Allowed; in shadow mode,
@@ -48,8 +49,9 @@ type Event struct {
 	// refused before Redis is asked included (see OutcomeError).
 	Allowed bool
 	// Shadow is set in shadow mode when the rules would have denied:
-	// Redis's (OutcomeDenied), or the in-process twin's while Redis could
-	// not be asked (OutcomeFallback).
+	// Redis's (OutcomeDenied), the in-process twin's while Redis could not
+	// be asked (OutcomeFallback), or a cost no rule can ever admit
+	// (OutcomeError, admitted in shadow mode).
 	Shadow bool
 	// Cached is set when the deny cache answered (WithDenyCache), without
 	// asking Redis.

@@ -91,9 +91,9 @@ func WithHealthCheck(failures int, maxBackoff time.Duration) Option {
 // where a caller's HTTP server may recover it, and the probe's ends the
 // program as any goroutine's panic does. Close ends the reports: a limiter
 // closed while unhealthy tells fn nothing more (it has no breaker from
-// then on, and Health reports Healthy), and a change not yet handed to fn
-// is dropped; only a call of fn already under way may end after Close
-// returns.
+// then on, and Health reports Healthy), and a change still queued is
+// dropped; only one already being handed to fn may reach it, once, after
+// Close returns (Close cannot wait for fn, which may be what calls it).
 func WithHealthHook(fn func(Health, error)) Option {
 	return func(o *options) { o.onHealth = fn }
 }

@@ -139,3 +139,20 @@ func TestShadowAdmitsACostOverTheLimit(t *testing.T) {
 		t.Errorf("events %+v; want one error event, Allowed and Shadow", events)
 	}
 }
+
+// The rule a shadow limiter names for a cost it can never admit is the
+// one that cannot, as the error names it: not the policy's first.
+func TestShadowCostNamesTheRuleItExceeds(t *testing.T) {
+	lim, err := NewPolicy(redistest.RefusedClient(t), []Rule{
+		{Name: "hour", Algorithm: GCRA, Limit: PerHour(1000)},
+		{Name: "second", Algorithm: GCRA, Limit: PerSecond(2)},
+	}, WithShadow())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lim.Close()
+	res, err := lim.AllowN(context.Background(), "k", 5)
+	if !errors.Is(err, ErrCostExceedsLimit) || !res.Allowed || !res.ShadowDenied || res.Rule != "second" || res.Limit.Rate != 2 {
+		t.Errorf("AllowN(5), shadow: %+v %v; want admitted, ShadowDenied, naming rule second", res, err)
+	}
+}

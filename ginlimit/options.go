@@ -67,7 +67,9 @@ func WithKeyErrorReject() Option { return flow.WithKeyErrorReject() }
 
 // WithCost sets how many events a request costs (default 1). Costs below 1
 // count as 1. A cost larger than a rule can ever admit at once is answered
-// 413 and reported to the error handler (it wraps core.ErrCostExceedsLimit).
+// 413 and reported to the error handler (it wraps core.ErrCostExceedsLimit);
+// in shadow mode (this package's or a core.WithShadow limiter's) it is
+// served and reported.
 //
 // A nil f panics at construction.
 func WithCost(f func(*http.Request) int) Option { return flow.WithCost(f) }
