@@ -124,12 +124,13 @@ func WithObserver(fn func(Event)) Option {
 // Result.ShadowDenied, and observers see it as denied with Event.Shadow.
 // Use it to roll out a new limit and watch what it would do. Admitted
 // requests consume as usual, so the counts are the real ones. Nothing waits
-// either: Delay is 0 and WaitN never sleeps (Result.Rules keep each rule's
-// own view, its Allowed and Delay, to show what it would have done); and when Redis cannot be asked,
-// the request is admitted whatever the FailureMode, the error returned, as
-// is an AllowN whose cost is refused before Redis is asked (more than a
-// rule can ever admit: ShadowDenied set; or below 1). WaitN still returns
-// such a cost's error at once.
+// either: Delay is 0 and WaitN never sleeps (the Result.Rules of a decision
+// keep each rule's own view, its Allowed and Delay, to show what it would
+// have done). When Redis cannot be asked, the request is admitted whatever
+// the FailureMode, the error returned; so is an AllowN whose cost is
+// refused before Redis is asked (more than a rule can ever admit:
+// ShadowDenied set, naming that rule; or below 1), counted nowhere, its
+// Rules nil. WaitN still returns such a cost's error at once.
 func WithShadow() Option {
 	return func(o *options) { o.shadow = true }
 }

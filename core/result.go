@@ -34,8 +34,9 @@ type Result struct {
 	ShadowDenied bool
 	// Rules holds one entry per rule of the policy, in the policy's order.
 	// It is nil when Redis could not be asked and FailOpen or FailClosed
-	// decided, or when the caller's own context ended the decision: no
-	// rule decided.
+	// decided, when the caller's own context ended the decision, or when
+	// shadow mode admitted a cost refused before Redis is asked: no rule
+	// decided.
 	Rules []RuleResult
 }
 
