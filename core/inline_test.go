@@ -24,15 +24,24 @@ func ctxTimeoutClient(tb testing.TB) *redis.Client {
 	return c
 }
 
+// inlineLimiter returns a limiter of alg and limit, with keys under a
+// prefix of its own made from name, on a ctxTimeoutClient, which it
+// returns too; it fails t unless a lone caller sends its own call.
+func inlineLimiter(t *testing.T, alg Algorithm, limit Limit, name string) (*Limiter, *redis.Client) {
+	t.Helper()
+	c := ctxTimeoutClient(t)
+	lim := newOn(t, c, alg, limit, WithPrefix(fmt.Sprintf("%s-%d", name, time.Now().UnixNano())))
+	if !lim.batch.inline {
+		t.Fatal("ContextTimeoutEnabled not detected: lone calls are not sent inline")
+	}
+	return lim, c
+}
+
 // With a client that enforces context deadlines, a lone caller sends its
 // own call; concurrent callers still share pipelines, each with its own
 // answer, and a hung Redis still costs a caller no more than its timeout.
 func TestInlineSend(t *testing.T) {
-	c := ctxTimeoutClient(t)
-	lim := newOn(t, c, TokenBucket, PerHour(200), WithPrefix(fmt.Sprintf("inline-%d", time.Now().UnixNano())))
-	if !lim.batch.inline {
-		t.Fatal("ContextTimeoutEnabled not detected")
-	}
+	lim, c := inlineLimiter(t, TokenBucket, PerHour(200), "inline")
 	ctx := context.Background()
 	if r, err := lim.Allow(ctx, "lone"); err != nil || r.Remaining != 199 {
 		t.Fatalf("%+v %v", r, err)

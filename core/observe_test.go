@@ -33,14 +33,7 @@ func TestKeyHashIsKeyed(t *testing.T) {
 		lim.Allow(ctx, "ip:198.51.100.77")
 		return ev.KeyHash
 	}
-	unkeyed := func(key string) uint64 { // FNV-1a, 64 bits: anyone can compute it
-		h := uint64(14695981039346656037)
-		for i := 0; i < len(key); i++ {
-			h ^= uint64(key[i])
-			h *= 1099511628211
-		}
-		return h
-	}
+	unkeyed := shardHash // FNV-1a, 64 bits: anyone can compute it
 	own, own2 := events(), events()
 	shared, shared2 := events(WithKeyHashSecret("s3cret")), events(WithKeyHashSecret("s3cret"))
 	other := events(WithKeyHashSecret("another"))

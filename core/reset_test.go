@@ -133,11 +133,7 @@ func TestDenyCacheNotRefilledDuringReset(t *testing.T) {
 // A lone caller's Reset, on a client that ends commands at their
 // context's deadline, sends its DEL itself (inline): the key is forgotten.
 func TestResetInline(t *testing.T) {
-	rdb := ctxTimeoutClient(t)
-	lim := newOn(t, rdb, FixedWindow, PerHour(2), WithPrefix(fmt.Sprintf("reset-inline-%d", time.Now().UnixNano())))
-	if !lim.batch.inline {
-		t.Fatal("the batcher does not send lone calls inline on this client")
-	}
+	lim, _ := inlineLimiter(t, FixedWindow, PerHour(2), "reset-inline")
 	ctx := context.Background()
 	for range 2 {
 		lim.Allow(ctx, "k")
