@@ -242,11 +242,8 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int) (Result, error)
 			// admitted, the error returned, as on any failure, naming the
 			// rule that can never admit it (as the error does), if any.
 			res = l.undecided(true)
-			for _, r := range l.rules {
-				if n > r.capacity {
-					res.Limit, res.Rule, res.ShadowDenied = r.Limit, r.Name, true
-					break
-				}
+			if i := exceeded(l.rules, n); i >= 0 {
+				res.Limit, res.Rule, res.ShadowDenied = l.rules[i].Limit, l.rules[i].Name, true
 			}
 		}
 		l.observe(Event{Outcome: OutcomeError, Allowed: res.Allowed, Shadow: res.ShadowDenied, Err: err}, key, n, time.Now())

@@ -284,13 +284,23 @@ func checkCost(rules []compiledRule, method string, n int) error {
 	if n <= 0 {
 		return fmt.Errorf("sluice: %s(n=%d): n must be positive", method, n)
 	}
-	for _, r := range rules {
-		if n > r.capacity {
-			return fmt.Errorf("%w: %s(n=%d) exceeds rule %q, which admits at most %d at once",
-				ErrCostExceedsLimit, method, n, r.Name, r.capacity)
-		}
+	if i := exceeded(rules, n); i >= 0 {
+		r := &rules[i]
+		return fmt.Errorf("%w: %s(n=%d) exceeds rule %q, which admits at most %d at once",
+			ErrCostExceedsLimit, method, n, r.Name, r.capacity)
 	}
 	return nil
+}
+
+// exceeded returns the index of the first rule that can never admit n
+// events at once, or -1.
+func exceeded(rules []compiledRule, n int) int {
+	for i := range rules {
+		if n > rules[i].capacity {
+			return i
+		}
+	}
+	return -1
 }
 
 // decide is the twin of the rule's Lua function (its algorithm's
